@@ -1,0 +1,223 @@
+//! `palisade agent --policy-dir DIR`: enforce every policy file in DIR and follow its changes.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
+
+use anyhow::Context;
+use aya::maps::MapError;
+use notify::Watcher;
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::mpsc,
+};
+use tracing::{error, info, warn};
+
+use crate::{
+    bpf::{Enforcer, Stats},
+    events::{Decoder, EventReader},
+    policy::{CompiledPolicy, PolicyError, Target},
+    targets::{Cgroup, cgroup2_root},
+};
+
+pub struct AgentArgs {
+    pub policy_dir: PathBuf,
+    pub events: Option<PathBuf>,
+}
+
+/// What reconciling needs from the kernel side (a seam for tests).
+pub trait Enforce {
+    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError>;
+    fn remove(&mut self, target_id: u64) -> Result<bool, MapError>;
+}
+
+impl Enforce for Enforcer {
+    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError> {
+        Enforcer::apply(self, target, policy)
+    }
+
+    fn remove(&mut self, target_id: u64) -> Result<bool, MapError> {
+        Enforcer::remove(self, target_id)
+    }
+}
+
+/// A policy file being enforced.
+#[derive(Debug)]
+struct Enforced {
+    text: String,
+    name: String,
+    target: Cgroup,
+}
+
+/// The policy files of a directory and what of them is enforced.
+pub struct PolicyDir {
+    dir: PathBuf,
+    cgroup_root: PathBuf,
+    enforced: HashMap<PathBuf, Enforced>,
+}
+
+fn is_policy_file(path: &Path) -> bool {
+    matches!(path.extension().and_then(|ext| ext.to_str()), Some("yaml" | "yml"))
+}
+
+impl PolicyDir {
+    pub fn new(dir: PathBuf, cgroup_root: PathBuf) -> Self {
+        Self { dir, cgroup_root, enforced: HashMap::new() }
+    }
+
+    fn prepare(&self, file: &Path, text: &str) -> Result<(CompiledPolicy, Cgroup), PolicyError> {
+        let policy = crate::policy::Policy::parse(file, text)?;
+        let compiled = crate::policy::compile(file, &policy)?;
+        let Some(Target { cgroup_path }) = &policy.spec.target else {
+            return Err(PolicyError::new(file, "spec.target", "required by the agent"));
+        };
+        let cgroup = Cgroup::open(&self.cgroup_root, cgroup_path)
+            .map_err(|err| PolicyError::new(file, "spec.target.cgroupPath", err.to_string()))?;
+        Ok((compiled, cgroup))
+    }
+
+    /// Brings the kernel in line with the directory. A file that cannot be used is reported and
+    /// its previous version, if any, stays enforced. Returns the errors, one line each.
+    pub fn reconcile(&mut self, enforcer: &mut impl Enforce) -> Vec<String> {
+        let mut errors = Vec::new();
+        let mut files: Vec<PathBuf> = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries.filter_map(|entry| Some(entry.ok()?.path())).filter(|p| is_policy_file(p)).collect(),
+            Err(err) => {
+                errors.push(format!("{}: cannot list: {err}; keeping every policy as it is", self.dir.display()));
+                return errors;
+            }
+        };
+        files.sort();
+        for file in &files {
+            let text = match std::fs::read_to_string(file) {
+                Ok(text) => text,
+                Err(err) => {
+                    errors.push(format!("{}: cannot read: {err}{}", file.display(), self.kept(file)));
+                    continue;
+                }
+            };
+            if self.enforced.get(file).is_some_and(|enforced| enforced.text == text) {
+                continue;
+            }
+            if let Err(err) = self.enforce(enforcer, file, text) {
+                errors.push(format!("{err}{}", self.kept(file)));
+            }
+        }
+        let removed: Vec<PathBuf> = self.enforced.keys().filter(|file| !files.contains(file)).cloned().collect();
+        for file in removed {
+            let enforced = &self.enforced[&file];
+            match enforcer.remove(enforced.target.id) {
+                Ok(_) => {
+                    info!(policy = %enforced.name, file = %file.display(), "policy file removed: no longer enforced");
+                    self.enforced.remove(&file);
+                }
+                Err(err) => errors.push(format!("{}: removing the policy: {err}", file.display())),
+            }
+        }
+        errors
+    }
+
+    fn kept(&self, file: &Path) -> &'static str {
+        if self.enforced.contains_key(file) { "; the previous version stays enforced" } else { "; not enforced" }
+    }
+
+    fn enforce(&mut self, enforcer: &mut impl Enforce, file: &Path, text: String) -> Result<(), PolicyError> {
+        let (compiled, target) = self.prepare(file, &text)?;
+        if let Some((other, _)) =
+            self.enforced.iter().find(|(other, enforced)| *other != file && enforced.target.id == target.id)
+        {
+            return Err(PolicyError::new(
+                file,
+                "spec.target.cgroupPath",
+                format!("{} already has a policy, from {}", target.path.display(), other.display()),
+            ));
+        }
+        let name = compiled.name.clone();
+        enforcer
+            .apply(&target, Arc::new(compiled))
+            .map_err(|err| PolicyError::new(file, "(kernel)", format!("cannot install: {err}")))?;
+        let previous = self.enforced.insert(file.to_owned(), Enforced { text, name: name.clone(), target: target.clone() });
+        if let Some(previous) = previous.filter(|previous| previous.target.id != target.id)
+            && let Err(err) = enforcer.remove(previous.target.id)
+        {
+            warn!("{}: removing the policy from its old target {}: {err}", file.display(), previous.target.path.display());
+        }
+        info!(policy = %name, file = %file.display(), target = %target.path.display(), "policy enforced");
+        Ok(())
+    }
+
+    /// Stops enforcing everything (on shutdown).
+    pub fn clear(&mut self, enforcer: &mut impl Enforce) {
+        for (file, enforced) in self.enforced.drain() {
+            if let Err(err) = enforcer.remove(enforced.target.id) {
+                warn!("{}: removing the policy: {err}", file.display());
+            }
+        }
+    }
+}
+
+fn report_drops(previous: &mut Stats, now: Stats) {
+    if now.events_dropped > previous.events_dropped {
+        warn!(
+            dropped = now.events_dropped - previous.events_dropped,
+            total = now.events_dropped,
+            "audit events dropped in the kernel: the ring buffer was full"
+        );
+    }
+    *previous = now;
+}
+
+pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
+    let dir = &args.policy_dir;
+    anyhow::ensure!(dir.is_dir(), "the policy directory {} does not exist", dir.display());
+    let mut enforcer = Enforcer::load().context("cannot enforce policies")?;
+    let ring = enforcer.take_events().context("the event ring buffer is missing")?;
+    let mut reader = EventReader::new(ring, Decoder::new(enforcer.registry()))?;
+    let sink_stats = reader.stats();
+    let mut sink = super::event_sink(args.events.as_deref(), Box::new(std::io::stdout()))?;
+
+    let mut policies = PolicyDir::new(dir.clone(), cgroup2_root()?);
+    for err in policies.reconcile(&mut enforcer) {
+        error!("{err}");
+    }
+
+    let (changed_tx, mut changed) = mpsc::channel::<()>(1);
+    let mut watcher = notify::recommended_watcher(move |_| {
+        let _ = changed_tx.try_send(());
+    })?;
+    watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
+    info!(dir = %dir.display(), "agent ready: watching for policy changes");
+
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut stats_tick = tokio::time::interval(Duration::from_secs(10));
+    let mut last_stats = Stats::default();
+    loop {
+        tokio::select! {
+            Some(()) = changed.recv() => {
+                // Editors write in several steps: let a burst of changes settle first.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                while changed.try_recv().is_ok() {}
+                for err in policies.reconcile(&mut enforcer) {
+                    error!("{err}");
+                }
+            }
+            ready = reader.ready() => { ready?; reader.drain(&mut sink); }
+            _ = stats_tick.tick() => report_drops(&mut last_stats, enforcer.stats()?),
+            _ = interrupt.recv() => break,
+            _ = terminate.recv() => break,
+        }
+    }
+    reader.drain(&mut sink);
+    report_drops(&mut last_stats, enforcer.stats()?);
+    let write_errors = sink_stats.write_errors.load(Ordering::Relaxed);
+    if write_errors > 0 {
+        warn!(write_errors, "audit events could not be written");
+    }
+    policies.clear(&mut enforcer);
+    info!("agent stopped: policies removed");
+    Ok(())
+}

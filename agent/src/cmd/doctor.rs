@@ -1,0 +1,67 @@
+//! `palisade doctor`: can this machine enforce, and if not, which check fails and why.
+
+use std::io::Write;
+
+use aya::{
+    programs::{LsmAttachType, ProgramType},
+    sys::is_program_supported,
+};
+
+use crate::{bpf::{Enforcer, Preflight}, targets::{cgroup2_root, mount_point}};
+
+/// Prints the report; returns whether Palisade can enforce here.
+pub fn run(out: &mut impl Write) -> std::io::Result<bool> {
+    let preflight = Preflight::run();
+    writeln!(out, "kernel           {}", preflight.kernel)?;
+    match &preflight.lsm_list {
+        Some(lsm) if lsm.has_bpf() => {
+            writeln!(out, "lsm list         {} (from {}): ok, bpf is active", lsm.list, lsm.source)?
+        }
+        Some(lsm) => writeln!(
+            out,
+            "lsm list         {} (from {}): FAIL, bpf is not in the list (boot with lsm={},bpf)",
+            lsm.list, lsm.source, lsm.list
+        )?,
+        None => writeln!(out, "lsm list         unknown: securityfs is not mounted and there is no lsm= boot option")?,
+    }
+    match &preflight.btf {
+        Ok(()) => writeln!(out, "kernel BTF       /sys/kernel/btf/vmlinux: ok")?,
+        Err(err) => writeln!(out, "kernel BTF       FAIL: {err}")?,
+    }
+    match cgroup2_root() {
+        Ok(root) => writeln!(out, "cgroup v2        mounted at {}: ok", root.display())?,
+        Err(err) => writeln!(out, "cgroup v2        FAIL: {err}")?,
+    }
+    match mount_point("bpf") {
+        Some(path) => writeln!(out, "bpffs            mounted at {}", path.display())?,
+        None => writeln!(out, "bpffs            not mounted (only needed to pin)")?,
+    }
+    writeln!(out, "program types that load:")?;
+    let types = [
+        ("lsm", ProgramType::Lsm(LsmAttachType::Mac)),
+        ("tracing (fentry)", ProgramType::Tracing),
+        ("kprobe", ProgramType::KProbe),
+        ("tracepoint", ProgramType::TracePoint),
+        ("cgroup_sock_addr", ProgramType::CgroupSockAddr),
+    ];
+    for (name, program_type) in types {
+        let verdict = match is_program_supported(program_type) {
+            Ok(true) => "yes".to_owned(),
+            Ok(false) => "no (unsupported)".to_owned(),
+            Err(err) => format!("no ({err}: {})", std::error::Error::source(&err).map(ToString::to_string).unwrap_or_default()),
+        };
+        writeln!(out, "  {name:<18} {verdict}")?;
+    }
+    let ready = match Enforcer::load() {
+        Ok(_) => {
+            writeln!(out, "palisade programs  loaded and attached: ok")?;
+            true
+        }
+        Err(err) => {
+            writeln!(out, "palisade programs  FAIL: {err}")?;
+            false
+        }
+    };
+    writeln!(out, "verdict          {}", if ready { "READY: Palisade can enforce on this kernel" } else { "NOT READY: Palisade cannot enforce on this kernel" })?;
+    Ok(ready)
+}

@@ -1,0 +1,124 @@
+//! Audit events from the kernel: decoding, naming (policy, rule, target) and JSON lines output.
+
+mod reader;
+
+pub use reader::{EventReader, SinkStats};
+
+use std::time::{Duration, SystemTime};
+
+use palisade_common::{
+    ACTION_AUDIT, ACTION_DENY, Event, HOOK_BPRM_CHECK, HOOK_FILE_OPEN, PERM_APPEND, PERM_EXEC,
+    PERM_READ, PERM_WRITE,
+};
+use serde::Serialize;
+
+use crate::bpf::PolicyRegistry;
+
+/// One audit event as written out (one JSON object per line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AuditEvent {
+    pub time: String,
+    pub node: String,
+    pub hook: &'static str,
+    pub action: &'static str,
+    pub policy: Option<String>,
+    pub rule: Option<String>,
+    pub rule_id: u32,
+    pub target: EventTarget,
+    pub cgroup_id: u64,
+    pub pid: u32,
+    pub tgid: u32,
+    pub uid: u32,
+    pub comm: String,
+    pub path: String,
+    /// "major:minor" of the file's device.
+    pub dev: String,
+    pub ino: u64,
+    pub permissions: Vec<&'static str>,
+    /// The errno returned to the caller (1 = EPERM), 0 if the operation was allowed.
+    pub errno: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventTarget {
+    pub cgroup_id: u64,
+    pub cgroup_path: Option<String>,
+}
+
+/// Turns kernel events into `AuditEvent`s.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    node: String,
+    registry: PolicyRegistry,
+    /// Wall-clock time at boot, to convert bpf_ktime_get_boot_ns.
+    boot_time: SystemTime,
+}
+
+fn clock(id: libc::clockid_t) -> Duration {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid clock id and out pointer.
+    unsafe { libc::clock_gettime(id, &mut now) };
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+fn c_string(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&byte| byte == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+impl Decoder {
+    pub fn new(registry: PolicyRegistry) -> Self {
+        let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|name| name.trim().to_owned())
+            .unwrap_or_default();
+        let boot_time = SystemTime::UNIX_EPOCH + clock(libc::CLOCK_REALTIME) - clock(libc::CLOCK_BOOTTIME);
+        Self { node, registry, boot_time }
+    }
+
+    /// Decodes one ring buffer record; `None` if it is not an event of this version.
+    pub fn decode(&self, bytes: &[u8]) -> Option<AuditEvent> {
+        if bytes.len() < size_of::<Event>() {
+            return None;
+        }
+        // SAFETY: Event is a plain C struct valid for any bit pattern; the length was checked.
+        let event: Event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        let installed = self.registry.get(event.policy_id);
+        let rule = installed.as_ref().and_then(|installed| installed.policy.rule_name(event.rule_id));
+        let permissions = [(PERM_READ, "read"), (PERM_WRITE, "write"), (PERM_APPEND, "append"), (PERM_EXEC, "exec")]
+            .into_iter()
+            .filter(|(bit, _)| event.perms & bit != 0)
+            .map(|(_, name)| name)
+            .collect();
+        Some(AuditEvent {
+            time: humantime::format_rfc3339_nanos(self.boot_time + Duration::from_nanos(event.time_ns)).to_string(),
+            node: self.node.clone(),
+            hook: match event.hook {
+                HOOK_FILE_OPEN => "file_open",
+                HOOK_BPRM_CHECK => "bprm_check_security",
+                _ => "unknown",
+            },
+            action: match event.action {
+                ACTION_DENY => "deny",
+                ACTION_AUDIT => "audit",
+                _ => "unknown",
+            },
+            policy: installed.as_ref().map(|installed| installed.policy.name.clone()),
+            rule: rule.map(str::to_owned),
+            rule_id: event.rule_id,
+            target: EventTarget {
+                cgroup_id: event.target_cgroup_id,
+                cgroup_path: installed.as_ref().map(|installed| installed.target.path.display().to_string()),
+            },
+            cgroup_id: event.cgroup_id,
+            pid: event.pid,
+            tgid: event.tgid,
+            uid: event.uid,
+            comm: c_string(&event.comm),
+            path: c_string(&event.path),
+            dev: format!("{}:{}", event.dev >> 20, event.dev & 0xfffff),
+            ino: event.ino,
+            permissions,
+            errno: -event.error,
+        })
+    }
+}

@@ -1,0 +1,7 @@
+//! Palisade: a runtime-security agent that enforces policy in the kernel with BPF LSM.
+
+pub mod bpf;
+pub mod cmd;
+pub mod events;
+pub mod policy;
+pub mod targets;

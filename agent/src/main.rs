@@ -1,0 +1,82 @@
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+use palisade_agent::cmd;
+
+#[derive(Parser)]
+#[command(name = "palisade", version, about = "In-kernel runtime security with BPF LSM")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Enforce every policy file in a directory, following its changes.
+    Agent {
+        #[arg(long, value_name = "DIR")]
+        policy_dir: PathBuf,
+        /// Append audit events (JSON lines) to FILE instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        events: Option<PathBuf>,
+    },
+    /// Run one command in a fresh cgroup under a policy; exits with the command's status.
+    Run {
+        #[arg(long, value_name = "FILE")]
+        policy: PathBuf,
+        /// Append audit events (JSON lines) to FILE instead of stderr.
+        #[arg(long, value_name = "FILE")]
+        events: Option<PathBuf>,
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Report whether this machine can enforce, and which check fails if not.
+    Doctor,
+    /// Work with policy files.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Print the BPF map entries a policy compiles to.
+    Compile { file: PathBuf },
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let result = match Cli::parse().command {
+        Command::Agent { policy_dir, events } => runtime()
+            .map_err(Into::into)
+            .and_then(|rt| rt.block_on(cmd::daemon::run(cmd::daemon::AgentArgs { policy_dir, events })))
+            .map(|()| ExitCode::SUCCESS),
+        Command::Run { policy, events, command } => runtime()
+            .map_err(Into::into)
+            .and_then(|rt| rt.block_on(cmd::run::run(cmd::run::RunArgs { policy, events, command })))
+            .map(|code| ExitCode::from(u8::try_from(code).unwrap_or(1))),
+        Command::Doctor => cmd::doctor::run(&mut std::io::stdout())
+            .map(|ready| if ready { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            .map_err(Into::into),
+        Command::Policy { command: PolicyCommand::Compile { file } } => {
+            cmd::policy::load_and_compile(&file)
+                .map_err(anyhow::Error::from)
+                .and_then(|(_, compiled)| Ok(cmd::policy::print(&compiled, &mut std::io::stdout())?))
+                .map(|()| ExitCode::SUCCESS)
+        }
+    };
+    result.unwrap_or_else(|err| {
+        eprintln!("palisade: error: {err:#}");
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,145 @@
+//! cgroup v2: finding the mount, resolving a directory to its id and level, creating and removing
+//! the cgroups `palisade run` uses.
+
+use std::{
+    ffi::CString,
+    fs, io,
+    os::unix::{ffi::OsStrExt, fs::MetadataExt},
+    path::{Component, Path, PathBuf},
+    time::Duration,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("no cgroup2 filesystem is mounted (see /proc/self/mountinfo)")]
+    NoCgroup2,
+    #[error("cgroup {0} does not exist")]
+    Missing(PathBuf),
+    #[error("{0} is not inside the cgroup2 mount {1}")]
+    Outside(PathBuf, PathBuf),
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_error<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CgroupError + use<'a> {
+    move |source| CgroupError::Io { action, path: path.to_owned(), source }
+}
+
+/// Where a file system of type `fstype` is mounted (the first such mount).
+pub fn mount_point(fstype: &str) -> Option<PathBuf> {
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mountinfo.lines().find_map(|line| {
+        // "id parent major:minor root mount_point options ... - fstype source ..."
+        let (before, after) = line.split_once(" - ")?;
+        if after.split(' ').next()? != fstype {
+            return None;
+        }
+        before.split(' ').nth(4).map(PathBuf::from)
+    })
+}
+
+/// Where the unified (v2) hierarchy is mounted.
+pub fn cgroup2_root() -> Result<PathBuf, CgroupError> {
+    mount_point("cgroup2").ok_or(CgroupError::NoCgroup2)
+}
+
+/// A cgroup v2 directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroup {
+    pub path: PathBuf,
+    /// What bpf_get_current_cgroup_id() returns for its tasks: the directory's inode number.
+    pub id: u64,
+    /// Depth below the root (the root is level 0).
+    pub level: u32,
+}
+
+impl Cgroup {
+    /// Resolves `path`, absolute or relative to `root` (the cgroup2 mount).
+    pub fn open(root: &Path, path: &str) -> Result<Self, CgroupError> {
+        let relative = Path::new(path).strip_prefix("/").unwrap_or(Path::new(path));
+        let path = if Path::new(path).starts_with(root) { PathBuf::from(path) } else { root.join(relative) };
+        let below = path.strip_prefix(root).map_err(|_| CgroupError::Outside(path.clone(), root.to_owned()))?;
+        if below.components().any(|part| !matches!(part, Component::Normal(_))) {
+            return Err(CgroupError::Outside(path.clone(), root.to_owned()));
+        }
+        let metadata = match fs::metadata(&path) {
+            Ok(metadata) if metadata.is_dir() => metadata,
+            Ok(_) => return Err(CgroupError::Missing(path)),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Err(CgroupError::Missing(path)),
+            Err(err) => return Err(io_error("reading", &path)(err)),
+        };
+        Ok(Self { id: metadata.ino(), level: below.components().count() as u32, path })
+    }
+
+    /// Creates a new child cgroup of `parent` (which must exist).
+    pub fn create(parent: &Path, name: &str) -> Result<Self, CgroupError> {
+        let path = parent.join(name);
+        fs::create_dir(&path).map_err(io_error("creating", &path))?;
+        Self::open(&cgroup2_root()?, path.to_str().unwrap_or_default())
+    }
+
+    /// The path of `cgroup.procs`, for moving a process in (see `join_in_child`).
+    pub fn procs_file(&self) -> CString {
+        CString::new(self.path.join("cgroup.procs").as_os_str().as_bytes())
+            .expect("cgroup paths come from the file system and hold no NUL")
+    }
+
+    /// Removes the cgroup once its processes are gone (they may take a moment to be reaped).
+    pub fn remove(&self) -> Result<(), CgroupError> {
+        let mut tries = 0;
+        loop {
+            match fs::remove_dir(&self.path) {
+                Ok(()) => return Ok(()),
+                Err(err) if err.raw_os_error() == Some(libc::EBUSY) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(err) => return Err(io_error("removing", &self.path)(err)),
+            }
+        }
+    }
+}
+
+/// Moves the calling process into the cgroup whose `cgroup.procs` is `procs`. Meant for a
+/// `Command::pre_exec` hook: only async-signal-safe calls, so that the command's very first
+/// instruction (and its exec) already runs under the cgroup's policy.
+pub fn join_in_child(procs: &CString) -> io::Result<()> {
+    // SAFETY: plain syscalls on a valid NUL-terminated path and a stack buffer.
+    unsafe {
+        let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+        let error = io::Error::last_os_error();
+        libc::close(fd);
+        if written != 1 {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_resolves_relative_and_absolute_paths_with_levels() {
+        let root = std::env::temp_dir().join(format!("palisade-cgroup-test-{}", std::process::id()));
+        fs::create_dir_all(root.join("a/b")).unwrap();
+        let relative = Cgroup::open(&root, "a/b").unwrap();
+        let absolute = Cgroup::open(&root, root.join("a/b").to_str().unwrap()).unwrap();
+        assert_eq!(relative, absolute);
+        assert_eq!(relative.level, 2);
+        assert_eq!(Cgroup::open(&root, "/a").unwrap().level, 1);
+        assert!(matches!(Cgroup::open(&root, "a/missing"), Err(CgroupError::Missing(_))));
+        assert!(matches!(Cgroup::open(&root, "a/../.."), Err(CgroupError::Outside(..))));
+        fs::remove_dir_all(&root).unwrap();
+    }
+}

@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/* Maps, target lookup, statistics and event emission shared by every hook family. */
+#ifndef PALISADE_COMMON_H
+#define PALISADE_COMMON_H
+
+#include "palisade.h"
+
+#define PATH_BUF_LEN 4096 /* PATH_MAX: bpf_d_path fails on anything longer */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct palisade_config);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct palisade_target);
+} targets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct palisade_path_key);
+	__type(value, struct palisade_path_verdict);
+} path_prefixes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 65536);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct palisade_path_key);
+	__type(value, struct palisade_path_verdict);
+} path_suffixes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct palisade_glob_key);
+	__type(value, struct palisade_glob_rule);
+} globs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PALISADE_STAT_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+/*
+ * Never read by programs. Updating a map-in-map makes the kernel wait until every running BPF
+ * program has finished (maybe_wait_bpf_programs), so user space writes `sync_barrier` to know
+ * that no program still uses entries it is about to delete.
+ */
+struct sync_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} sync_inner SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct sync_inner);
+} sync_barrier SEC(".maps");
+
+/* Per-CPU working memory: too large for the 512-byte BPF stack. */
+struct scratch {
+	char path[PATH_BUF_LEN];
+	struct palisade_path_key key;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch_space SEC(".maps");
+
+static __always_inline void stat_inc(__u32 index)
+{
+	__u64 *count = bpf_map_lookup_elem(&stats, &index);
+	if (count)
+		*count += 1;
+}
+
+/*
+ * The target covering the current task: its cgroup or the nearest ancestor with a policy.
+ * Only levels where some target sits are probed, and none deeper than the task itself, so a
+ * task that is not a target costs one array read when nothing is targeted, and one helper call
+ * plus one hash lookup per occupied level above it otherwise. The number of rules never matters.
+ * The loop is written so that the verifier's states converge at every iteration.
+ */
+static __always_inline struct palisade_target *current_target(__u64 *target_cgroup_id)
+{
+	__u32 zero = 0;
+	struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg)
+		return NULL;
+	__u64 levels = cfg->target_levels;
+	struct palisade_target *found = NULL;
+	for (__u32 level = 1; level <= PALISADE_MAX_LEVEL; level++) {
+		if (!(levels >> level))
+			break; /* no target this deep */
+		if (!((levels >> level) & 1))
+			continue;
+		__u64 id = bpf_get_current_ancestor_cgroup_id(level);
+		if (!id)
+			break; /* the task sits above this level */
+		struct palisade_target *target = bpf_map_lookup_elem(&targets, &id);
+		if (target) {
+			/* Keep going: a deeper target's own policy wins. */
+			found = target;
+			*target_cgroup_id = id;
+		}
+	}
+	return found;
+}
+
+struct decision {
+	__u32 action;
+	__u32 rule_id;
+};
+
+static __always_inline void consider(struct decision *d, __u32 action, __u32 rule_id)
+{
+	if (action > d->action) {
+		d->action = action;
+		d->rule_id = rule_id;
+	}
+}
+
+/* Reports a decision on the ring buffer; a full buffer is counted, never silent. */
+static __always_inline void emit_event(const struct scratch *s, struct file *file, __u32 hook,
+				       __u32 perms, const struct decision *d,
+				       const struct palisade_target *target, __u64 target_cgroup_id,
+				       __s32 error)
+{
+	struct palisade_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(PALISADE_STAT_EVENTS_DROPPED);
+		return;
+	}
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct inode *inode = file->f_inode;
+	e->time_ns = bpf_ktime_get_boot_ns();
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	e->target_cgroup_id = target_cgroup_id;
+	e->ino = BPF_CORE_READ(inode, i_ino);
+	e->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	e->pid = (__u32)pid_tgid;
+	e->tgid = pid_tgid >> 32;
+	e->uid = (__u32)bpf_get_current_uid_gid();
+	e->hook = hook;
+	e->action = d->action;
+	e->perms = perms;
+	e->rule_id = d->rule_id;
+	e->policy_id = target->policy_id;
+	e->error = error;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	__builtin_memcpy(e->path, s->path, sizeof(e->path));
+	e->path[sizeof(e->path) - 1] = 0;
+	bpf_ringbuf_submit(e, 0);
+	stat_inc(PALISADE_STAT_EVENTS);
+}
+
+#endif

@@ -1,0 +1,12 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/* Exec hooks: decided on the file really executed (bprm->file), not the name the caller passed. */
+#include "path_match.h"
+
+SEC("lsm/bprm_check_security")
+int BPF_PROG(bprm_check_security, struct linux_binprm *bprm, int ret)
+{
+	if (ret)
+		return ret;
+	struct file *file = bprm->file;
+	return check_path(file, &file->f_path, PALISADE_HOOK_BPRM_CHECK, PALISADE_PERM_EXEC);
+}

@@ -1,0 +1,165 @@
+//! The kernel test harness: one loaded `Enforcer` per test process, test cgroups, and a probe
+//! process run inside them. These tests need BPF LSM and root: they run inside the VM harness
+//! (`cargo xtask vm-test`) and fail, never skip, when the kernel cannot enforce.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex, MutexGuard, OnceLock},
+};
+
+use aya::maps::{MapData, RingBuf};
+use palisade_agent::{
+    bpf::Enforcer,
+    events::{AuditEvent, Decoder},
+    policy::{CompiledPolicy, Policy, compile},
+    targets::{Cgroup, cgroup2_root, join_in_child},
+};
+
+struct Loaded {
+    enforcer: Enforcer,
+    events: RingBuf<MapData>,
+    decoder: Decoder,
+}
+
+fn loaded() -> MutexGuard<'static, Loaded> {
+    static LOADED: OnceLock<Mutex<Loaded>> = OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            let mut enforcer = Enforcer::load().unwrap_or_else(|err| panic!("BPF LSM must work here: {err}"));
+            let events = enforcer.take_events().expect("the ring buffer");
+            let decoder = Decoder::new(enforcer.registry());
+            Mutex::new(Loaded { enforcer, events, decoder })
+        })
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner())
+}
+
+/// A binary the VM image provides, named by an environment variable the init script sets.
+pub fn binary(variable: &str) -> PathBuf {
+    PathBuf::from(std::env::var_os(variable).unwrap_or_else(|| panic!("{variable} must be set (run in the VM harness)")))
+}
+
+/// Compiles a policy whose `spec.rules` is `rules` (YAML, indented by four spaces).
+pub fn policy(name: &str, rules: &str) -> Arc<CompiledPolicy> {
+    let text = format!(
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\nspec:\n  rules:\n{rules}"
+    );
+    let file = Path::new("test.yaml");
+    let parsed = Policy::parse(file, &text).unwrap_or_else(|err| panic!("{err}"));
+    Arc::new(compile(file, &parsed).unwrap_or_else(|err| panic!("{err}")))
+}
+
+/// What the kernel answered a probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Ok,
+    Errno(i32),
+}
+
+pub const EPERM: Answer = Answer::Errno(libc::EPERM);
+
+fn answer(stdout: &[u8]) -> Answer {
+    let text = String::from_utf8_lossy(stdout);
+    match text.trim() {
+        "ok" => Answer::Ok,
+        other => match other.strip_prefix("errno ").and_then(|n| n.parse().ok()) {
+            Some(errno) => Answer::Errno(errno),
+            None => panic!("unexpected probe output: {other:?}"),
+        },
+    }
+}
+
+/// The probe (tests/kernel/src/bin/probe.rs), placed in `cgroup` before it executes.
+pub fn probe_command(cgroup: Option<&Cgroup>, args: &[&str]) -> Command {
+    let mut command = Command::new(binary("PALISADE_PROBE"));
+    command.args(args).stdout(Stdio::piped());
+    if let Some(cgroup) = cgroup {
+        let procs = cgroup.procs_file();
+        // SAFETY: join_in_child only makes async-signal-safe calls.
+        unsafe { std::os::unix::process::CommandExt::pre_exec(&mut command, move || join_in_child(&procs)) };
+    }
+    command
+}
+
+/// Runs the probe to completion: `cgroup` None runs it outside every target.
+pub fn probe(cgroup: Option<&Cgroup>, args: &[&str]) -> Answer {
+    let out = probe_command(cgroup, args).output().expect("running the probe");
+    answer(&out.stdout)
+}
+
+pub fn spawn_probe(cgroup: Option<&Cgroup>, args: &[&str]) -> Child {
+    probe_command(cgroup, args).spawn().expect("starting the probe")
+}
+
+/// One test's view of the kernel: exclusive use of the loaded programs, and the cgroups and
+/// policies it made, all removed when it ends.
+pub struct Kernel {
+    loaded: MutexGuard<'static, Loaded>,
+    cgroups: Vec<Cgroup>,
+}
+
+impl Kernel {
+    pub fn new() -> Self {
+        let mut loaded = loaded();
+        while loaded.events.next().is_some() {} // leftovers of an earlier test
+        Self { loaded, cgroups: Vec::new() }
+    }
+
+    /// A fresh cgroup `name` below `parent` (or below the tests' own directory).
+    pub fn cgroup(&mut self, parent: Option<&Cgroup>, name: &str) -> Cgroup {
+        let base = match parent {
+            Some(parent) => parent.path.clone(),
+            None => {
+                let base = cgroup2_root().expect("cgroup2 is mounted").join("palisade-tests");
+                std::fs::create_dir_all(&base).expect("creating the tests' cgroup");
+                base
+            }
+        };
+        let cgroup = Cgroup::create(&base, name).unwrap_or_else(|err| panic!("{err}"));
+        self.cgroups.push(cgroup.clone());
+        cgroup
+    }
+
+    pub fn enforcer(&mut self) -> &mut Enforcer {
+        &mut self.loaded.enforcer
+    }
+
+    pub fn apply(&mut self, cgroup: &Cgroup, policy: Arc<CompiledPolicy>) {
+        self.loaded.enforcer.apply(cgroup, policy).expect("applying the policy");
+    }
+
+    /// Audit events submitted since the last call.
+    pub fn events(&mut self) -> Vec<AuditEvent> {
+        let Loaded { events, decoder, .. } = &mut *self.loaded;
+        let mut decoded = Vec::new();
+        while let Some(record) = events.next() {
+            decoded.push(decoder.decode(&record).expect("a decodable event"));
+        }
+        decoded
+    }
+}
+
+impl Default for Kernel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        for cgroup in self.cgroups.iter().rev() {
+            let _ = self.loaded.enforcer.remove(cgroup.id);
+            let _ = std::fs::write(cgroup.path.join("cgroup.kill"), "1");
+            let _ = cgroup.remove();
+        }
+    }
+}
+
+/// Creates `path` with some content (and its directories).
+pub fn file(path: &str) -> &str {
+    let path_ref = Path::new(path);
+    std::fs::create_dir_all(path_ref.parent().expect("absolute")).expect("creating directories");
+    std::fs::write(path_ref, "content\n").expect("creating the file");
+    path
+}

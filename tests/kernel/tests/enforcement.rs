@@ -1,0 +1,337 @@
+//! Enforcement on a real kernel: every test runs an operation inside a target cgroup and checks
+//! the kernel's answer, and the same operation outside the target.
+
+use std::{
+    os::unix::fs::MetadataExt,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use palisade_kernel_tests::{Answer, EPERM, Kernel, binary, file, policy, probe, spawn_probe};
+
+#[test]
+fn read_denied_in_target_and_allowed_outside() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "read");
+    let secret = file("/tmp/read/secret");
+    let other = file("/tmp/read/other");
+    kernel.apply(&target, policy("read", &format!(
+        "    files:\n      - name: secret\n        paths: [{secret}]\n        permissions: [read]\n        action: deny\n"
+    )));
+    assert_eq!(probe(Some(&target), &["read", secret]), EPERM);
+    assert_eq!(probe(Some(&target), &["read", other]), Answer::Ok);
+    assert_eq!(probe(Some(&target), &["write", secret]), Answer::Ok, "only reading is denied");
+    assert_eq!(probe(None, &["read", secret]), Answer::Ok);
+}
+
+#[test]
+fn write_and_append_denied_in_target_and_allowed_outside() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "write");
+    let config = file("/tmp/write/etc/app.conf");
+    let log = file("/tmp/write/log/app.log");
+    kernel.apply(&target, policy("write", "    files:
+      - paths: [/tmp/write/etc/]
+        permissions: [write]
+        action: deny
+      - paths: [/tmp/write/log/app.log]
+        permissions: [append]
+        action: deny
+"));
+    assert_eq!(probe(Some(&target), &["write", config]), EPERM);
+    assert_eq!(probe(Some(&target), &["append", config]), EPERM, "write covers append");
+    assert_eq!(probe(Some(&target), &["read", config]), Answer::Ok);
+    assert_eq!(probe(Some(&target), &["append", log]), EPERM);
+    assert_eq!(probe(Some(&target), &["write", log]), Answer::Ok, "append alone does not deny write");
+    assert_eq!(probe(None, &["write", config]), Answer::Ok);
+    assert_eq!(probe(None, &["append", log]), Answer::Ok);
+}
+
+#[test]
+fn exec_denied_in_target_by_the_file_executed_and_allowed_outside() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "exec");
+    std::fs::create_dir_all("/tmp/exec").unwrap();
+    std::fs::copy("/bin/busybox", "/tmp/exec/tool").unwrap();
+    let _ = std::fs::remove_file("/tmp/exec/link");
+    std::os::unix::fs::symlink("/tmp/exec/tool", "/tmp/exec/link").unwrap();
+    kernel.apply(&target, policy("exec", "    exec:\n      - paths: [/tmp/exec/tool]\n        action: deny\n"));
+    assert_eq!(probe(Some(&target), &["exec", "/tmp/exec/tool", "true"]), EPERM);
+    // The rule names the file, so a symlink to it is denied too.
+    assert_eq!(probe(Some(&target), &["exec", "/tmp/exec/link", "true"]), EPERM);
+    // Reading the file is not executing it.
+    assert_eq!(probe(Some(&target), &["read", "/tmp/exec/tool"]), Answer::Ok);
+    let status = Command::new("/tmp/exec/tool").arg("true").status().unwrap();
+    assert!(status.success(), "exec outside the target is allowed");
+    assert_eq!(probe(None, &["exec", "/tmp/exec/tool", "true"]), Answer::Ok);
+}
+
+#[test]
+fn process_in_child_cgroup_of_target_is_covered() {
+    let mut kernel = Kernel::new();
+    let pod = kernel.cgroup(None, "pod");
+    let container = kernel.cgroup(Some(&pod), "container");
+    let nested = kernel.cgroup(Some(&container), "nested");
+    let secret = file("/tmp/child/secret");
+    kernel.apply(&pod, policy("pod", &format!(
+        "    files:\n      - paths: [{secret}]\n        permissions: [read]\n        action: deny\n"
+    )));
+    assert_eq!(probe(Some(&container), &["read", secret]), EPERM);
+    assert_eq!(probe(Some(&nested), &["read", secret]), EPERM);
+    let events = kernel.events();
+    assert_eq!(events.len(), 2);
+    assert!(events.iter().all(|event| event.target.cgroup_id == pod.id));
+    assert_eq!(events[0].cgroup_id, container.id);
+    // A deeper target's own policy takes precedence over its ancestor's.
+    kernel.apply(&container, policy("container", "    files: []\n"));
+    assert_eq!(probe(Some(&container), &["read", secret]), Answer::Ok);
+    assert_eq!(probe(Some(&pod), &["read", secret]), EPERM);
+}
+
+#[test]
+fn audit_rule_allows_and_emits_one_event() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "audit");
+    let watched = file("/tmp/audit/watched");
+    kernel.apply(&target, policy("audit-policy", &format!(
+        "    files:\n      - name: watch\n        paths: [{watched}]\n        permissions: [read]\n        action: audit\n"
+    )));
+    assert_eq!(probe(Some(&target), &["read", watched]), Answer::Ok);
+    let events = kernel.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let event = &events[0];
+    let metadata = std::fs::metadata(watched).unwrap();
+    assert_eq!(event.action, "audit");
+    assert_eq!(event.hook, "file_open");
+    assert_eq!(event.policy.as_deref(), Some("audit-policy"));
+    assert_eq!(event.rule.as_deref(), Some("watch"));
+    assert_eq!(event.path, watched);
+    assert_eq!(event.ino, metadata.ino());
+    assert_eq!(event.dev, format!("{}:{}", libc::major(metadata.dev()), libc::minor(metadata.dev())));
+    assert_eq!(event.errno, 0);
+    assert_eq!(event.comm, "probe");
+    assert_eq!(event.permissions, ["read"]);
+    assert_eq!(event.target.cgroup_id, target.id);
+    assert_eq!(event.target.cgroup_path.as_deref(), Some(target.path.to_str().unwrap()));
+    assert_eq!(event.node, "palisade-vm");
+    // Outside the target: no event.
+    assert_eq!(probe(None, &["read", watched]), Answer::Ok);
+    assert!(kernel.events().is_empty());
+}
+
+#[test]
+fn denial_emits_an_event_with_errno() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "deny-event");
+    let secret = file("/tmp/deny-event/secret");
+    kernel.apply(&target, policy("deny-policy", &format!(
+        "    files:\n      - name: secret\n        paths: [{secret}]\n        permissions: [read, write]\n        action: deny\n"
+    )));
+    let mut child = spawn_probe(Some(&target), &["write", secret]);
+    let pid = child.id();
+    child.wait().unwrap();
+    let events = kernel.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].action, "deny");
+    assert_eq!(events[0].errno, libc::EPERM);
+    assert_eq!(events[0].pid, pid);
+    assert_eq!(events[0].tgid, pid);
+    assert_eq!(events[0].uid, 0);
+    assert_eq!(events[0].permissions, ["write"]);
+}
+
+#[test]
+fn glob_and_prefix_rules_match_resolved_paths() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "glob");
+    let deep = file("/tmp/glob/a/b/c/id_rsa");
+    let shallow = file("/tmp/glob/id_rsa");
+    let near_miss = file("/tmp/glob/a/id_rsa.pub");
+    let under = file("/tmp/glob-dir/x/y");
+    kernel.apply(&target, policy("glob", "    files:
+      - paths: [/tmp/glob/**/id_rsa, /tmp/glob-dir/]
+        permissions: [read]
+        action: deny
+"));
+    assert_eq!(probe(Some(&target), &["read", deep]), EPERM);
+    assert_eq!(probe(Some(&target), &["read", shallow]), EPERM, "** also matches no directory");
+    assert_eq!(probe(Some(&target), &["read", near_miss]), Answer::Ok);
+    assert_eq!(probe(Some(&target), &["read", under]), EPERM);
+    // A relative path names the same file: the kernel resolves it.
+    let mut relative = palisade_kernel_tests::probe_command(Some(&target), &["read", "c/id_rsa"]);
+    let out = relative.current_dir("/tmp/glob/a/b").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "errno 1");
+}
+
+#[test]
+fn rule_removal_takes_effect_without_reloading_programs() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "removal");
+    let first = file("/tmp/removal/first");
+    let second = file("/tmp/removal/second");
+    let programs_before = aya::programs::loaded_programs().count();
+    let deny = |paths: &str| format!("    files:\n      - paths: [{paths}]\n        permissions: [read]\n        action: deny\n");
+    kernel.apply(&target, policy("removal", &deny(&format!("{first}, {second}"))));
+    assert_eq!(probe(Some(&target), &["read", first]), EPERM);
+    assert_eq!(probe(Some(&target), &["read", second]), EPERM);
+    kernel.apply(&target, policy("removal", &deny(second)));
+    assert_eq!(probe(Some(&target), &["read", first]), Answer::Ok, "the removed rule no longer applies");
+    assert_eq!(probe(Some(&target), &["read", second]), EPERM);
+    assert!(kernel.enforcer().remove(target.id).unwrap());
+    assert_eq!(probe(Some(&target), &["read", second]), Answer::Ok, "the removed policy no longer applies");
+    assert_eq!(aya::programs::loaded_programs().count(), programs_before, "no program was loaded or unloaded");
+}
+
+#[test]
+fn policy_replacement_is_atomic() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "atomic");
+    let always = file("/tmp/atomic/always");
+    let versions = [
+        policy("v1", &format!("    files:\n      - paths: [{always}, /tmp/atomic/a]\n        permissions: [read]\n        action: deny\n")),
+        policy("v2", &format!("    files:\n      - paths: [/tmp/atomic/b/, {always}]\n        permissions: [read]\n        action: deny\n      - paths: [/tmp/**/c]\n        permissions: [read]\n        action: audit\n")),
+    ];
+    kernel.apply(&target, versions[0].clone());
+    let reader = spawn_probe(Some(&target), &["read-loop", always, "3000"]);
+    let started = Instant::now();
+    let mut replacements = 0;
+    let mut reader = Some(reader);
+    let output = loop {
+        kernel.apply(&target, versions[replacements % 2].clone());
+        replacements += 1;
+        if let Some(status) = reader.as_mut().unwrap().try_wait().unwrap() {
+            assert!(status.success());
+            break reader.take().unwrap().wait_with_output().unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(300), "the reader did not finish");
+    };
+    let counts = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    assert_eq!(counts, "ok=0 eperm=3000 other=0", "after {replacements} replacements");
+    assert!(replacements >= 10, "only {replacements} replacements overlapped the reads");
+    kernel.events();
+}
+
+#[test]
+fn ten_thousand_rule_policy_loads_and_denies() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "many");
+    let denied = file("/tmp/many/f7777");
+    let allowed = file("/tmp/many/unlisted");
+    let mut rules = String::from("    files:\n");
+    for i in 0..10_000 {
+        rules.push_str(&format!("      - paths: [/tmp/many/f{i}]\n        permissions: [read]\n        action: deny\n"));
+    }
+    let compiled = policy("many", &rules);
+    assert_eq!(compiled.rules.len(), 10_000);
+    kernel.apply(&target, compiled);
+    assert_eq!(probe(Some(&target), &["read", denied]), EPERM);
+    assert_eq!(probe(Some(&target), &["read", allowed]), Answer::Ok);
+    assert_eq!(probe(None, &["read", denied]), Answer::Ok);
+    let events = kernel.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].rule.as_deref(), Some("files[7777]"));
+}
+
+fn write_policy(path: &str, name: &str, cgroup: &str, denied: &str) {
+    std::fs::write(path, format!(
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\nspec:\n  target:\n    cgroupPath: {cgroup}\n  rules:\n    files:\n      - paths: [{denied}]\n        permissions: [read]\n        action: deny\n"
+    )).unwrap();
+}
+
+/// Polls until `probe read path` in `cgroup` answers `expected` (the agent applies changes
+/// asynchronously).
+fn eventually(cgroup: &palisade_agent::targets::Cgroup, path: &str, expected: &Answer) {
+    let started = Instant::now();
+    while probe(Some(cgroup), &["read", path]) != *expected {
+        assert!(started.elapsed() < Duration::from_secs(60), "{path} never became {expected:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn agent_applies_replaces_and_removes_policy_files() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "agent");
+    let first = file("/tmp/agent-files/first");
+    let second = file("/tmp/agent-files/second");
+    let dir = "/tmp/agent-policies";
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    let policy_file = format!("{dir}/app.yaml");
+    let cgroup = target.path.to_str().unwrap();
+    write_policy(&policy_file, "app", cgroup, first);
+    let agent = Command::new(binary("PALISADE_BIN"))
+        .args(["agent", "--policy-dir", dir, "--events", "/tmp/agent-events.jsonl"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually(&target, first, &EPERM);
+    // A broken version is rejected; the enforced one stays.
+    std::fs::write(&policy_file, "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata: {name: app}\nspec:\n  rulez: []\n").unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(probe(Some(&target), &["read", first]), EPERM);
+    // A valid replacement takes over as a whole.
+    write_policy(&policy_file, "app", cgroup, second);
+    eventually(&target, second, &EPERM);
+    assert_eq!(probe(Some(&target), &["read", first]), Answer::Ok);
+    // Removing the file removes the policy.
+    std::fs::remove_file(&policy_file).unwrap();
+    eventually(&target, second, &Answer::Ok);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    let output = agent.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(log.contains("app.yaml: spec: unknown field `rulez`"), "{log}");
+    assert!(log.contains("the previous version stays enforced"), "{log}");
+    let events = std::fs::read_to_string("/tmp/agent-events.jsonl").unwrap();
+    let first_event: serde_json::Value = serde_json::from_str(events.lines().next().unwrap()).unwrap();
+    assert_eq!(first_event["policy"], "app");
+    assert_eq!(first_event["action"], "deny");
+    assert_eq!(first_event["path"], first);
+}
+
+#[test]
+fn palisade_run_denies_reports_and_cleans_up() {
+    let _kernel = Kernel::new();
+    let secret = file("/tmp/run/secret");
+    std::fs::write("/tmp/run/policy.yaml", format!(
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: run-policy\nspec:\n  rules:\n    files:\n      - name: secret\n        paths: [{secret}]\n        permissions: [read]\n        action: deny\n"
+    )).unwrap();
+    let _ = std::fs::remove_file("/tmp/run/events.jsonl");
+    let run = |args: &[&str]| {
+        Command::new(binary("PALISADE_BIN"))
+            .args(["run", "--policy", "/tmp/run/policy.yaml", "--events", "/tmp/run/events.jsonl", "--"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let probe_bin = binary("PALISADE_PROBE");
+    let probe_path = probe_bin.to_str().unwrap();
+    let denied = run(&[probe_path, "read", secret]);
+    assert_eq!(String::from_utf8_lossy(&denied.stdout).trim(), "errno 1", "stdio passes through");
+    assert_eq!(denied.status.code(), Some(1), "palisade run exits with the command's status");
+    let events = std::fs::read_to_string("/tmp/run/events.jsonl").unwrap();
+    let lines: Vec<serde_json::Value> = events.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(lines.len(), 1, "{events}");
+    assert_eq!(lines[0]["rule"], "secret");
+    assert_eq!(lines[0]["errno"], 1);
+    let allowed = run(&["sh", "-c", "cat /etc/hostname >/dev/null; exit 7"]);
+    assert_eq!(allowed.status.code(), Some(7));
+    // The secret is readable outside, and no run cgroup is left behind.
+    assert_eq!(probe(None, &["read", secret]), Answer::Ok);
+    let leftovers: Vec<_> = std::fs::read_dir("/sys/fs/cgroup").unwrap()
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("palisade-run-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn doctor_reports_ready() {
+    let out = Command::new(binary("PALISADE_BIN")).arg("doctor").output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("bpf is active"), "{report}");
+    assert!(report.contains("READY"), "{report}");
+}

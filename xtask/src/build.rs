@@ -1,0 +1,99 @@
+//! Builds what goes into the VM and lays out its initramfs.
+
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context, ensure};
+
+/// Binaries cargo built, by name.
+pub struct Binaries {
+    pub palisade: PathBuf,
+    pub probe: PathBuf,
+    pub kernel_tests: PathBuf,
+}
+
+fn cargo_executables(args: &[&str]) -> anyhow::Result<Vec<(String, PathBuf)>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(args)
+        .arg("--message-format=json-render-diagnostics")
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running cargo")?;
+    ensure!(out.status.success(), "cargo {} failed", args.join(" "));
+    let mut found = Vec::new();
+    for line in String::from_utf8(out.stdout)?.lines() {
+        let message: serde_json::Value = serde_json::from_str(line)?;
+        if let (Some(name), Some(path)) = (message["target"]["name"].as_str(), message["executable"].as_str()) {
+            found.push((name.to_owned(), PathBuf::from(path)));
+        }
+    }
+    Ok(found)
+}
+
+pub fn binaries() -> anyhow::Result<Binaries> {
+    let mut built = cargo_executables(&["build", "--package", "palisade-agent", "--package", "palisade-kernel-tests", "--bins"])?;
+    built.extend(cargo_executables(&["test", "--package", "palisade-kernel-tests", "--no-run"])?);
+    let find = |name: &str| {
+        built.iter().find(|(built, _)| built == name).map(|(_, path)| path.clone()).with_context(|| format!("cargo built no `{name}`"))
+    };
+    Ok(Binaries { palisade: find("palisade")?, probe: find("probe")?, kernel_tests: find("enforcement")? })
+}
+
+/// The shared libraries a dynamically linked binary needs, as `ldd` resolves them here.
+fn shared_libraries(binary: &Path) -> anyhow::Result<BTreeSet<PathBuf>> {
+    let out = Command::new("ldd").arg(binary).output().context("running ldd")?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().find(|word| word.starts_with('/')))
+        .map(PathBuf::from)
+        .collect())
+}
+
+fn copy_into(root: &Path, from: &Path, to: &str) -> anyhow::Result<()> {
+    let target = root.join(to.trim_start_matches('/'));
+    std::fs::create_dir_all(target.parent().expect("paths inside the root have a parent"))?;
+    std::fs::copy(from, &target).with_context(|| format!("copying {}", from.display()))?;
+    Ok(())
+}
+
+/// Lays out an initramfs root: static busybox, `binaries` (stripped) under /palisade/bin with
+/// their libraries, the examples, and `init`. Returns the gzipped cpio archive.
+pub fn initramfs(dir: &Path, binaries: &[(&str, &Path)], init: &str) -> anyhow::Result<PathBuf> {
+    let root = dir.join("root");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root)?;
+    for sub in ["proc", "sys", "dev", "tmp", "run"] {
+        std::fs::create_dir_all(root.join(sub))?;
+    }
+    copy_into(&root, Path::new("/bin/busybox"), "/bin/busybox")
+        .context("busybox-static is needed (scripts/install.sh installs it)")?;
+    let mut libraries = BTreeSet::new();
+    for (name, binary) in binaries {
+        let target = root.join("palisade/bin").join(name);
+        std::fs::create_dir_all(target.parent().expect("has a parent"))?;
+        let status = Command::new("strip").arg("-o").arg(&target).arg(binary).status()?;
+        ensure!(status.success(), "strip {} failed", binary.display());
+        libraries.extend(shared_libraries(binary)?);
+    }
+    for library in libraries {
+        copy_into(&root, &library, &library.to_string_lossy())?;
+    }
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    for entry in std::fs::read_dir(&examples)? {
+        let path = entry?.path();
+        copy_into(&root, &path, &format!("/palisade/examples/{}", path.file_name().expect("a file").to_string_lossy()))?;
+    }
+    let init_path = root.join("init");
+    std::fs::write(&init_path, init)?;
+    std::fs::set_permissions(&init_path, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let archive = dir.join("initrd.gz");
+    let script = format!("cd '{}' && find . | cpio -o -H newc --quiet | gzip -1 > '{}'", root.display(), archive.display());
+    let status = Command::new("sh").args(["-c", &script]).status()?;
+    ensure!(status.success(), "building the initramfs failed");
+    std::fs::remove_dir_all(&root)?;
+    Ok(archive)
+}

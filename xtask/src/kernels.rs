@@ -1,0 +1,91 @@
+//! Debian kernel packages: resolved by series at run time (package versions move), downloaded
+//! with apt and cached outside the clone.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, bail, ensure};
+
+pub fn cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache"));
+    base.join("palisade")
+}
+
+fn output(command: &mut Command) -> anyhow::Result<String> {
+    let out = command.output().with_context(|| format!("running {command:?}"))?;
+    ensure!(out.status.success(), "{command:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The image package of the newest `linux-image-amd64` of `series` (e.g. "6.12") apt knows.
+fn resolve(series: &str) -> anyhow::Result<String> {
+    let madison = output(Command::new("apt-cache").args(["madison", "linux-image-amd64"]))?;
+    let version = madison
+        .lines()
+        .filter_map(|line| line.split('|').nth(1).map(str::trim))
+        .find(|version| version.strip_prefix(series).is_some_and(|rest| rest.starts_with('.')))
+        .with_context(|| {
+            format!(
+                "apt knows no linux-image-amd64 of the {series} series (6.12 comes from \
+                 bookworm-backports: run scripts/install.sh, which adds it and runs apt-get update)"
+            )
+        })?;
+    let depends = output(Command::new("apt-cache").args(["depends", &format!("linux-image-amd64={version}")]))?;
+    depends
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Depends: "))
+        .map(str::to_owned)
+        .with_context(|| format!("linux-image-amd64={version} names no image package"))
+}
+
+/// The path of the `vmlinuz` of `series`, downloading and extracting it on first use.
+pub fn vmlinuz(series: &str) -> anyhow::Result<PathBuf> {
+    let package = resolve(series)?;
+    let dir = cache_dir().join("kernels");
+    std::fs::create_dir_all(&dir)?;
+    let image = dir.join(format!("{package}.vmlinuz"));
+    if image.exists() {
+        return Ok(image);
+    }
+    let deb = find_deb(&dir, &package)?;
+    let deb = match deb {
+        Some(deb) => deb,
+        None => {
+            eprintln!("xtask: downloading {package}");
+            output(Command::new("apt-get").args(["download", &package]).current_dir(&dir))?;
+            find_deb(&dir, &package)?.with_context(|| format!("apt-get download {package} left no .deb"))?
+        }
+    };
+    let extract = dir.join(format!("{package}.extract"));
+    let _ = std::fs::remove_dir_all(&extract);
+    std::fs::create_dir_all(&extract)?;
+    let script = format!(
+        "dpkg-deb --fsys-tarfile '{}' | tar -x -C '{}' --wildcards './boot/vmlinuz-*'",
+        deb.display(),
+        extract.display()
+    );
+    output(Command::new("sh").args(["-c", &script]))?;
+    let boot = std::fs::read_dir(extract.join("boot"))?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|path| path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("vmlinuz-")));
+    let Some(found) = boot else { bail!("{} holds no vmlinuz", deb.display()) };
+    std::fs::rename(found, &image)?;
+    std::fs::remove_dir_all(&extract)?;
+    Ok(image)
+}
+
+fn find_deb(dir: &Path, package: &str) -> anyhow::Result<Option<PathBuf>> {
+    let prefix = format!("{package}_");
+    Ok(std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|path| {
+            path.extension().is_some_and(|ext| ext == "deb")
+                && path.file_name().is_some_and(|name| name.to_string_lossy().starts_with(&prefix))
+        }))
+}

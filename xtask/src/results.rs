@@ -1,0 +1,76 @@
+//! Reading libtest's console output: which tests passed, failed, or never reported.
+
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Passed,
+    Failed,
+    Ignored,
+}
+
+/// `test NAME ... ok|FAILED|ignored` lines, by test name.
+pub fn parse(console: &str) -> BTreeMap<String, Outcome> {
+    console
+        .lines()
+        .filter_map(|line| {
+            let rest = line.trim_end_matches('\r').trim().strip_prefix("test ")?;
+            let (name, result) = rest.split_once(" ... ")?;
+            let outcome = match result.trim() {
+                "ok" => Outcome::Passed,
+                "FAILED" => Outcome::Failed,
+                result if result.starts_with("ignored") => Outcome::Ignored,
+                _ => return None,
+            };
+            Some((name.to_owned(), outcome))
+        })
+        .collect()
+}
+
+/// Names from `--list` output (`NAME: test`).
+pub fn listed(list: &str) -> Vec<String> {
+    list.lines().filter_map(|line| line.strip_suffix(": test")).map(str::to_owned).collect()
+}
+
+/// Counts against the expected list: anything expected that did not pass is a failure, and
+/// so is a test that did not run (ignored, missing, or cut off by a crash).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub passed: Vec<String>,
+    pub failed: Vec<String>,
+    pub not_run: Vec<String>,
+}
+
+impl Summary {
+    pub fn new(expected: &[String], outcomes: &BTreeMap<String, Outcome>) -> Self {
+        let mut summary = Summary::default();
+        for name in expected {
+            match outcomes.get(name) {
+                Some(Outcome::Passed) => summary.passed.push(name.clone()),
+                Some(Outcome::Failed) => summary.failed.push(name.clone()),
+                Some(Outcome::Ignored) | None => summary.not_run.push(name.clone()),
+            }
+        }
+        summary
+    }
+
+    pub fn failures(&self) -> usize {
+        self.failed.len() + self.not_run.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tests_that_did_not_run_count_as_failures() {
+        let console = "running 4 tests\r\ntest a ... ok\r\ntest b ... FAILED\n[  3.1] some kernel line\ntest c ... ignored, needs x\n";
+        let expected = listed("a: test\nb: test\nc: test\nd: test\n\n4 tests, 0 benchmarks\n");
+        let summary = Summary::new(&expected, &parse(console));
+        assert_eq!(summary.passed, ["a"]);
+        assert_eq!(summary.failed, ["b"]);
+        assert_eq!(summary.not_run, ["c", "d"]);
+        assert_eq!(summary.failures(), 3);
+    }
+}

@@ -1,0 +1,161 @@
+//! Booting a Debian kernel under QEMU (software emulation, BPF LSM on) with a test initramfs,
+//! streaming its console and reading what ran.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail, ensure};
+
+use crate::{build, kernels, results};
+
+const SENTINEL: &str = "PALISADE-VM-EXIT";
+const BOOT_TIMEOUT: Duration = Duration::from_secs(25 * 60);
+
+/// The start of every /init: mounts what a node has, then runs `body`, then reports its status.
+fn init_script(body: &str) -> String {
+    format!(
+        r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin:/palisade/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+mount -t tmpfs run /run
+mount -t securityfs securityfs /sys/kernel/security
+mkdir -p /sys/fs/cgroup /sys/fs/bpf
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mount -t bpf bpf /sys/fs/bpf
+ip link set lo up
+hostname palisade-vm
+echo "palisade-vm: kernel $(uname -r), lsm=$(cat /sys/kernel/security/lsm)"
+cd /palisade
+{body}
+echo "{SENTINEL} $?"
+poweroff -f
+"#
+    )
+}
+
+/// Boots `vmlinuz` with `initrd`, echoing the console prefixed by `label`. Returns the console
+/// and the status the init body reported.
+fn boot(label: &str, vmlinuz: &Path, initrd: &Path) -> anyhow::Result<(String, i32)> {
+    let mut child = Command::new("qemu-system-x86_64")
+        .args(["-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "2", "-nographic", "-no-reboot", "-nic", "none"])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", "console=ttyS0 lsm=lockdown,capability,landlock,bpf quiet loglevel=3 panic=-1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting qemu-system-x86_64 (scripts/install.sh installs it)")?;
+    let stdout = child.stdout.take().expect("piped");
+    let (lines_tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut console = String::new();
+    let mut status = None;
+    loop {
+        match lines.recv_timeout(Duration::from_secs(5)) {
+            Ok(line) => {
+                let line = line.trim_end_matches('\r');
+                println!("[{label}] {line}");
+                if let Some(code) = line.trim().strip_prefix(SENTINEL) {
+                    status = code.trim().parse().ok();
+                }
+                console.push_str(line);
+                console.push('\n');
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) if started.elapsed() > BOOT_TIMEOUT => {
+                let _ = child.kill();
+                bail!("[{label}] the VM did not finish within {BOOT_TIMEOUT:?}");
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+    }
+    child.wait()?;
+    let status = status.with_context(|| format!("[{label}] the VM stopped without reporting ({SENTINEL} missing)"))?;
+    Ok((console, status))
+}
+
+fn work_dir(name: &str) -> anyhow::Result<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/vm").join(name);
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
+    let binaries = build::binaries()?;
+    let list = Command::new(&binaries.kernel_tests).args(["--list"]).args(filter).output()?;
+    ensure!(list.status.success(), "listing the kernel tests failed");
+    let expected = results::listed(&String::from_utf8(list.stdout)?);
+    ensure!(!expected.is_empty(), "no kernel test matches the filter");
+    let body = format!(
+        "palisade doctor\nPALISADE_BIN=/palisade/bin/palisade PALISADE_PROBE=/palisade/bin/probe RUST_BACKTRACE=1 \
+         /palisade/bin/enforcement --test-threads=1 {}",
+        filter.unwrap_or_default()
+    );
+    let initrd = build::initramfs(
+        &work_dir("test")?,
+        &[("palisade", &binaries.palisade), ("probe", &binaries.probe), ("enforcement", &binaries.kernel_tests)],
+        &init_script(&body),
+    )?;
+    let mut report = Vec::new();
+    for series in kernels {
+        let vmlinuz = kernels::vmlinuz(series)?;
+        let label = format!("linux-{series}");
+        let (console, status) = match boot(&label, &vmlinuz, &initrd) {
+            Ok(run) => run,
+            Err(err) => {
+                eprintln!("{err:#}");
+                (String::new(), -1)
+            }
+        };
+        let summary = results::Summary::new(&expected, &results::parse(&console));
+        report.push((label, summary, status));
+    }
+    let (mut passed, mut failed) = (0, 0);
+    println!("\nkernel test suite:");
+    for (label, summary, status) in &report {
+        println!("  {label}: {} passed, {} failed (test binary exit status {status})", summary.passed.len(), summary.failures());
+        for name in &summary.failed {
+            println!("    FAILED       {name}");
+        }
+        for name in &summary.not_run {
+            println!("    DID NOT RUN  {name}");
+        }
+        passed += summary.passed.len();
+        failed += summary.failures() + usize::from(*status != 0 && summary.failures() == 0);
+    }
+    println!("{passed} passed, {failed} failed");
+    ensure!(failed == 0, "the kernel test suite failed");
+    Ok(())
+}
+
+pub fn demo(series: &str) -> anyhow::Result<()> {
+    let binaries = build::binaries()?;
+    let initrd = build::initramfs(
+        &work_dir("demo")?,
+        &[("palisade", &binaries.palisade)],
+        &init_script(include_str!("demo.sh")),
+    )?;
+    let (_, status) = boot(&format!("linux-{series}"), &kernels::vmlinuz(series)?, &initrd)?;
+    ensure!(status == 0, "the demo failed (status {status})");
+    Ok(())
+}
