@@ -11,7 +11,15 @@ fn main() {
     println!("cargo:rerun-if-changed={}", root.join("programs").display());
     println!("cargo:rerun-if-changed={}", root.join("include").display());
     let status = Command::new(&clang)
-        .args(["-target", "bpf", "-g", "-O2", "-Wall", "-Werror", "-D__TARGET_ARCH_x86"])
+        .args([
+            "-target",
+            "bpf",
+            "-g",
+            "-O2",
+            "-Wall",
+            "-Werror",
+            "-D__TARGET_ARCH_x86",
+        ])
         .arg("-I/usr/include/x86_64-linux-gnu")
         .arg("-I")
         .arg(root.join("include"))
@@ -21,5 +29,8 @@ fn main() {
         .arg(&out)
         .status()
         .unwrap_or_else(|err| panic!("running {clang}: {err} (install it: see README)"));
-    assert!(status.success(), "{clang} failed to compile the BPF programs");
+    assert!(
+        status.success(),
+        "{clang} failed to compile the BPF programs"
+    );
 }

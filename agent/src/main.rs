@@ -1,10 +1,14 @@
-use std::{path::PathBuf, process::ExitCode};
+use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 use palisade_agent::cmd;
 
 #[derive(Parser)]
-#[command(name = "palisade", version, about = "In-kernel runtime security with BPF LSM")]
+#[command(
+    name = "palisade",
+    version,
+    about = "In-kernel runtime security with BPF LSM"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -46,12 +50,15 @@ enum PolicyCommand {
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
 }
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
@@ -59,21 +66,42 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::Agent { policy_dir, events } => runtime()
             .map_err(Into::into)
-            .and_then(|rt| rt.block_on(cmd::daemon::run(cmd::daemon::AgentArgs { policy_dir, events })))
+            .and_then(|rt| {
+                rt.block_on(cmd::daemon::run(cmd::daemon::AgentArgs {
+                    policy_dir,
+                    events,
+                }))
+            })
             .map(|()| ExitCode::SUCCESS),
-        Command::Run { policy, events, command } => runtime()
+        Command::Run {
+            policy,
+            events,
+            command,
+        } => runtime()
             .map_err(Into::into)
-            .and_then(|rt| rt.block_on(cmd::run::run(cmd::run::RunArgs { policy, events, command })))
+            .and_then(|rt| {
+                rt.block_on(cmd::run::run(cmd::run::RunArgs {
+                    policy,
+                    events,
+                    command,
+                }))
+            })
             .map(|code| ExitCode::from(u8::try_from(code).unwrap_or(1))),
         Command::Doctor => cmd::doctor::run(&mut std::io::stdout())
-            .map(|ready| if ready { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            .map(|ready| {
+                if ready {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            })
             .map_err(Into::into),
-        Command::Policy { command: PolicyCommand::Compile { file } } => {
-            cmd::policy::load_and_compile(&file)
-                .map_err(anyhow::Error::from)
-                .and_then(|(_, compiled)| Ok(cmd::policy::print(&compiled, &mut std::io::stdout())?))
-                .map(|()| ExitCode::SUCCESS)
-        }
+        Command::Policy {
+            command: PolicyCommand::Compile { file },
+        } => cmd::policy::load_and_compile(&file)
+            .map_err(anyhow::Error::from)
+            .and_then(|(_, compiled)| Ok(cmd::policy::print(&compiled, &mut std::io::stdout())?))
+            .map(|()| ExitCode::SUCCESS),
     };
     result.unwrap_or_else(|err| {
         eprintln!("palisade: error: {err:#}");

@@ -27,7 +27,8 @@ impl bindgen::callbacks::ParseCallbacks for Names {
 }
 
 fn main() {
-    let header = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("../include/palisade.h");
+    let header =
+        PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("../include/palisade.h");
     println!("cargo:rerun-if-changed={}", header.display());
     let bindings = bindgen::Builder::default()
         .header(header.to_str().unwrap())

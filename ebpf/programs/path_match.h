@@ -25,10 +25,12 @@ static __always_inline void match_globs(const struct palisade_target *target, st
 	if (!suffix)
 		return;
 	__u64 matched = candidates & suffix->glob_mask;
-	for (__u32 i = 0; i < PALISADE_MAX_GLOBS && matched; i++) {
-		if (!(matched & (1ULL << i)))
+	/* `matched` is never modified in the loop, so that the verifier's states converge. */
+	for (__u32 i = 0; i < PALISADE_MAX_GLOBS; i++) {
+		if (!(matched >> i))
+			break;
+		if (!((matched >> i) & 1))
 			continue;
-		matched &= ~(1ULL << i);
 		struct palisade_glob_key glob_key = { .policy_id = target->policy_id, .index = i };
 		struct palisade_glob_rule *glob = bpf_map_lookup_elem(&globs, &glob_key);
 		if (glob && chars >= glob->min_len && (glob->perms & perms))

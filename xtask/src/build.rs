@@ -27,7 +27,10 @@ fn cargo_executables(args: &[&str]) -> anyhow::Result<Vec<(String, PathBuf)>> {
     let mut found = Vec::new();
     for line in String::from_utf8(out.stdout)?.lines() {
         let message: serde_json::Value = serde_json::from_str(line)?;
-        if let (Some(name), Some(path)) = (message["target"]["name"].as_str(), message["executable"].as_str()) {
+        if let (Some(name), Some(path)) = (
+            message["target"]["name"].as_str(),
+            message["executable"].as_str(),
+        ) {
             found.push((name.to_owned(), PathBuf::from(path)));
         }
     }
@@ -35,17 +38,40 @@ fn cargo_executables(args: &[&str]) -> anyhow::Result<Vec<(String, PathBuf)>> {
 }
 
 pub fn binaries() -> anyhow::Result<Binaries> {
-    let mut built = cargo_executables(&["build", "--package", "palisade-agent", "--package", "palisade-kernel-tests", "--bins"])?;
-    built.extend(cargo_executables(&["test", "--package", "palisade-kernel-tests", "--no-run"])?);
+    let mut built = cargo_executables(&[
+        "build",
+        "--package",
+        "palisade-agent",
+        "--package",
+        "palisade-kernel-tests",
+        "--bins",
+    ])?;
+    built.extend(cargo_executables(&[
+        "test",
+        "--package",
+        "palisade-kernel-tests",
+        "--no-run",
+    ])?);
     let find = |name: &str| {
-        built.iter().find(|(built, _)| built == name).map(|(_, path)| path.clone()).with_context(|| format!("cargo built no `{name}`"))
+        built
+            .iter()
+            .find(|(built, _)| built == name)
+            .map(|(_, path)| path.clone())
+            .with_context(|| format!("cargo built no `{name}`"))
     };
-    Ok(Binaries { palisade: find("palisade")?, probe: find("probe")?, kernel_tests: find("enforcement")? })
+    Ok(Binaries {
+        palisade: find("palisade")?,
+        probe: find("probe")?,
+        kernel_tests: find("enforcement")?,
+    })
 }
 
 /// The shared libraries a dynamically linked binary needs, as `ldd` resolves them here.
 fn shared_libraries(binary: &Path) -> anyhow::Result<BTreeSet<PathBuf>> {
-    let out = Command::new("ldd").arg(binary).output().context("running ldd")?;
+    let out = Command::new("ldd")
+        .arg(binary)
+        .output()
+        .context("running ldd")?;
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|line| line.split_whitespace().find(|word| word.starts_with('/')))
@@ -55,7 +81,11 @@ fn shared_libraries(binary: &Path) -> anyhow::Result<BTreeSet<PathBuf>> {
 
 fn copy_into(root: &Path, from: &Path, to: &str) -> anyhow::Result<()> {
     let target = root.join(to.trim_start_matches('/'));
-    std::fs::create_dir_all(target.parent().expect("paths inside the root have a parent"))?;
+    std::fs::create_dir_all(
+        target
+            .parent()
+            .expect("paths inside the root have a parent"),
+    )?;
     std::fs::copy(from, &target).with_context(|| format!("copying {}", from.display()))?;
     Ok(())
 }
@@ -75,7 +105,11 @@ pub fn initramfs(dir: &Path, binaries: &[(&str, &Path)], init: &str) -> anyhow::
     for (name, binary) in binaries {
         let target = root.join("palisade/bin").join(name);
         std::fs::create_dir_all(target.parent().expect("has a parent"))?;
-        let status = Command::new("strip").arg("-o").arg(&target).arg(binary).status()?;
+        let status = Command::new("strip")
+            .arg("-o")
+            .arg(&target)
+            .arg(binary)
+            .status()?;
         ensure!(status.success(), "strip {} failed", binary.display());
         libraries.extend(shared_libraries(binary)?);
     }
@@ -85,13 +119,27 @@ pub fn initramfs(dir: &Path, binaries: &[(&str, &Path)], init: &str) -> anyhow::
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
     for entry in std::fs::read_dir(&examples)? {
         let path = entry?.path();
-        copy_into(&root, &path, &format!("/palisade/examples/{}", path.file_name().expect("a file").to_string_lossy()))?;
+        copy_into(
+            &root,
+            &path,
+            &format!(
+                "/palisade/examples/{}",
+                path.file_name().expect("a file").to_string_lossy()
+            ),
+        )?;
     }
     let init_path = root.join("init");
     std::fs::write(&init_path, init)?;
-    std::fs::set_permissions(&init_path, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    std::fs::set_permissions(
+        &init_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )?;
     let archive = dir.join("initrd.gz");
-    let script = format!("cd '{}' && find . | cpio -o -H newc --quiet | gzip -1 > '{}'", root.display(), archive.display());
+    let script = format!(
+        "cd '{}' && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
+        root.display(),
+        archive.display()
+    );
     let status = Command::new("sh").args(["-c", &script]).status()?;
     ensure!(status.success(), "building the initramfs failed");
     std::fs::remove_dir_all(&root)?;

@@ -11,13 +11,21 @@ use anyhow::{Context, bail, ensure};
 pub fn cache_dir() -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache"));
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
+        });
     base.join("palisade")
 }
 
 fn output(command: &mut Command) -> anyhow::Result<String> {
-    let out = command.output().with_context(|| format!("running {command:?}"))?;
-    ensure!(out.status.success(), "{command:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = command
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    ensure!(
+        out.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok(String::from_utf8(out.stdout)?)
 }
 
@@ -27,14 +35,20 @@ fn resolve(series: &str) -> anyhow::Result<String> {
     let version = madison
         .lines()
         .filter_map(|line| line.split('|').nth(1).map(str::trim))
-        .find(|version| version.strip_prefix(series).is_some_and(|rest| rest.starts_with('.')))
+        .find(|version| {
+            version
+                .strip_prefix(series)
+                .is_some_and(|rest| rest.starts_with('.'))
+        })
         .with_context(|| {
             format!(
                 "apt knows no linux-image-amd64 of the {series} series (6.12 comes from \
                  bookworm-backports: run scripts/install.sh, which adds it and runs apt-get update)"
             )
         })?;
-    let depends = output(Command::new("apt-cache").args(["depends", &format!("linux-image-amd64={version}")]))?;
+    let depends = output(
+        Command::new("apt-cache").args(["depends", &format!("linux-image-amd64={version}")]),
+    )?;
     depends
         .lines()
         .find_map(|line| line.trim().strip_prefix("Depends: "))
@@ -56,8 +70,13 @@ pub fn vmlinuz(series: &str) -> anyhow::Result<PathBuf> {
         Some(deb) => deb,
         None => {
             eprintln!("xtask: downloading {package}");
-            output(Command::new("apt-get").args(["download", &package]).current_dir(&dir))?;
-            find_deb(&dir, &package)?.with_context(|| format!("apt-get download {package} left no .deb"))?
+            output(
+                Command::new("apt-get")
+                    .args(["download", &package])
+                    .current_dir(&dir),
+            )?;
+            find_deb(&dir, &package)?
+                .with_context(|| format!("apt-get download {package} left no .deb"))?
         }
     };
     let extract = dir.join(format!("{package}.extract"));
@@ -72,8 +91,13 @@ pub fn vmlinuz(series: &str) -> anyhow::Result<PathBuf> {
     let boot = std::fs::read_dir(extract.join("boot"))?
         .filter_map(Result::ok)
         .map(|entry| entry.path())
-        .find(|path| path.file_name().is_some_and(|name| name.to_string_lossy().starts_with("vmlinuz-")));
-    let Some(found) = boot else { bail!("{} holds no vmlinuz", deb.display()) };
+        .find(|path| {
+            path.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("vmlinuz-"))
+        });
+    let Some(found) = boot else {
+        bail!("{} holds no vmlinuz", deb.display())
+    };
     std::fs::rename(found, &image)?;
     std::fs::remove_dir_all(&extract)?;
     Ok(image)
@@ -86,6 +110,8 @@ fn find_deb(dir: &Path, package: &str) -> anyhow::Result<Option<PathBuf>> {
         .map(|entry| entry.path())
         .find(|path| {
             path.extension().is_some_and(|ext| ext == "deb")
-                && path.file_name().is_some_and(|name| name.to_string_lossy().starts_with(&prefix))
+                && path
+                    .file_name()
+                    .is_some_and(|name| name.to_string_lossy().starts_with(&prefix))
         }))
 }

@@ -29,7 +29,10 @@ pub fn parse(console: &str) -> BTreeMap<String, Outcome> {
 
 /// Names from `--list` output (`NAME: test`).
 pub fn listed(list: &str) -> Vec<String> {
-    list.lines().filter_map(|line| line.strip_suffix(": test")).map(str::to_owned).collect()
+    list.lines()
+        .filter_map(|line| line.strip_suffix(": test"))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Counts against the expected list: anything expected that did not pass is a failure, and

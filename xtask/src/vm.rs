@@ -46,12 +46,28 @@ poweroff -f
 /// and the status the init body reported.
 fn boot(label: &str, vmlinuz: &Path, initrd: &Path) -> anyhow::Result<(String, i32)> {
     let mut child = Command::new("qemu-system-x86_64")
-        .args(["-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "2", "-nographic", "-no-reboot", "-nic", "none"])
+        .args([
+            "-accel",
+            "tcg",
+            "-cpu",
+            "max",
+            "-m",
+            "2048",
+            "-smp",
+            "2",
+            "-nographic",
+            "-no-reboot",
+            "-nic",
+            "none",
+        ])
         .arg("-kernel")
         .arg(vmlinuz)
         .arg("-initrd")
         .arg(initrd)
-        .args(["-append", "console=ttyS0 lsm=lockdown,capability,landlock,bpf quiet loglevel=3 panic=-1"])
+        .args([
+            "-append",
+            "console=ttyS0 lsm=lockdown,capability,landlock,bpf quiet loglevel=3 panic=-1",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -90,19 +106,26 @@ fn boot(label: &str, vmlinuz: &Path, initrd: &Path) -> anyhow::Result<(String, i
         }
     }
     child.wait()?;
-    let status = status.with_context(|| format!("[{label}] the VM stopped without reporting ({SENTINEL} missing)"))?;
+    let status = status.with_context(|| {
+        format!("[{label}] the VM stopped without reporting ({SENTINEL} missing)")
+    })?;
     Ok((console, status))
 }
 
 fn work_dir(name: &str) -> anyhow::Result<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/vm").join(name);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/vm")
+        .join(name);
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }
 
 pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
     let binaries = build::binaries()?;
-    let list = Command::new(&binaries.kernel_tests).args(["--list"]).args(filter).output()?;
+    let list = Command::new(&binaries.kernel_tests)
+        .args(["--list"])
+        .args(filter)
+        .output()?;
     ensure!(list.status.success(), "listing the kernel tests failed");
     let expected = results::listed(&String::from_utf8(list.stdout)?);
     ensure!(!expected.is_empty(), "no kernel test matches the filter");
@@ -113,7 +136,11 @@ pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
     );
     let initrd = build::initramfs(
         &work_dir("test")?,
-        &[("palisade", &binaries.palisade), ("probe", &binaries.probe), ("enforcement", &binaries.kernel_tests)],
+        &[
+            ("palisade", &binaries.palisade),
+            ("probe", &binaries.probe),
+            ("enforcement", &binaries.kernel_tests),
+        ],
         &init_script(&body),
     )?;
     let mut report = Vec::new();
@@ -133,7 +160,11 @@ pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
     let (mut passed, mut failed) = (0, 0);
     println!("\nkernel test suite:");
     for (label, summary, status) in &report {
-        println!("  {label}: {} passed, {} failed (test binary exit status {status})", summary.passed.len(), summary.failures());
+        println!(
+            "  {label}: {} passed, {} failed (test binary exit status {status})",
+            summary.passed.len(),
+            summary.failures()
+        );
         for name in &summary.failed {
             println!("    FAILED       {name}");
         }
@@ -155,7 +186,11 @@ pub fn demo(series: &str) -> anyhow::Result<()> {
         &[("palisade", &binaries.palisade)],
         &init_script(include_str!("demo.sh")),
     )?;
-    let (_, status) = boot(&format!("linux-{series}"), &kernels::vmlinuz(series)?, &initrd)?;
+    let (_, status) = boot(
+        &format!("linux-{series}"),
+        &kernels::vmlinuz(series)?,
+        &initrd,
+    )?;
     ensure!(status == 0, "the demo failed (status {status})");
     Ok(())
 }

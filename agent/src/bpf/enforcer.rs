@@ -8,7 +8,10 @@ use std::{
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{Array, ArrayOfMaps, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf, lpm_trie::{Key, LpmTrie}},
+    maps::{
+        Array, ArrayOfMaps, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf,
+        lpm_trie::{Key, LpmTrie},
+    },
     programs::Lsm,
 };
 use palisade_common::{
@@ -17,7 +20,10 @@ use palisade_common::{
 };
 
 use super::{LoadError, OBJECT, PROGRAMS, Preflight};
-use crate::{policy::{CompiledPolicy, TrieEntry}, targets::Cgroup};
+use crate::{
+    policy::{CompiledPolicy, TrieEntry},
+    targets::Cgroup,
+};
 
 /// A policy as installed: what events need to name it.
 #[derive(Debug)]
@@ -41,11 +47,20 @@ const RETIRED_KEPT: usize = 256;
 
 impl PolicyRegistry {
     pub fn get(&self, policy_id: u32) -> Option<Arc<InstalledPolicy>> {
-        self.0.read().unwrap_or_else(|poison| poison.into_inner()).by_id.get(&policy_id).cloned()
+        self.0
+            .read()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .by_id
+            .get(&policy_id)
+            .cloned()
     }
 
     fn insert(&self, policy_id: u32, installed: Arc<InstalledPolicy>) {
-        self.0.write().unwrap_or_else(|poison| poison.into_inner()).by_id.insert(policy_id, installed);
+        self.0
+            .write()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .by_id
+            .insert(policy_id, installed);
     }
 
     fn retire(&self, policy_id: u32) {
@@ -95,11 +110,16 @@ fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, LoadError>
 where
     T: TryFrom<aya::maps::Map>,
 {
-    ebpf.take_map(name).and_then(|map| T::try_from(map).ok()).ok_or(LoadError::Map(name))
+    ebpf.take_map(name)
+        .and_then(|map| T::try_from(map).ok())
+        .ok_or(LoadError::Map(name))
 }
 
 fn trie_key(policy_id: u32, bytes: &[u8]) -> Key<Path> {
-    let mut path = Path { policy_id, path: [0; KEY_PATH_LEN as usize] };
+    let mut path = Path {
+        policy_id,
+        path: [0; KEY_PATH_LEN as usize],
+    };
     path.path[..bytes.len()].copy_from_slice(bytes);
     Key::new(32 + 8 * bytes.len() as u32, path)
 }
@@ -116,8 +136,12 @@ impl Enforcer {
                 .program_mut(name)
                 .and_then(|program| program.try_into().ok())
                 .ok_or(LoadError::Map(name))?;
-            program.load(hook, &btf).map_err(|err| LoadError::program("load", name, err))?;
-            program.attach().map_err(|err| LoadError::program("attach", name, err))?;
+            program
+                .load(hook, &btf)
+                .map_err(|err| LoadError::program("load", name, err))?;
+            program
+                .attach()
+                .map_err(|err| LoadError::program("attach", name, err))?;
         }
         let mut enforcer = Self {
             config: take(&mut ebpf, "config")?,
@@ -138,7 +162,12 @@ impl Enforcer {
             next_policy_id: 1,
             registry: PolicyRegistry::default(),
         };
-        enforcer.publish_levels().map_err(|source| LoadError::MapSetup { name: "config", source })?;
+        enforcer
+            .publish_levels()
+            .map_err(|source| LoadError::MapSetup {
+                name: "config",
+                source,
+            })?;
         Ok(enforcer)
     }
 
@@ -161,14 +190,28 @@ impl Enforcer {
         }
         self.registry.insert(
             policy_id,
-            Arc::new(InstalledPolicy { policy: policy.clone(), target: target.clone() }),
+            Arc::new(InstalledPolicy {
+                policy: policy.clone(),
+                target: target.clone(),
+            }),
         );
-        let flags = if policy.globs.is_empty() { 0 } else { TARGET_HAS_GLOBS };
-        if let Err(err) = self.targets.insert(target.id, Target { policy_id, flags }, 0) {
+        let flags = if policy.globs.is_empty() {
+            0
+        } else {
+            TARGET_HAS_GLOBS
+        };
+        if let Err(err) = self
+            .targets
+            .insert(target.id, Target { policy_id, flags }, 0)
+        {
             self.delete_entries(policy_id, &policy);
             return Err(err);
         }
-        let new = Installed { policy_id, policy, level: target.level };
+        let new = Installed {
+            policy_id,
+            policy,
+            level: target.level,
+        };
         match self.installed.insert(target.id, new) {
             Some(old) => self.retire(old)?,
             None => {
@@ -181,8 +224,11 @@ impl Enforcer {
 
     /// Stops enforcing on the cgroup `target_id`. Returns whether it had a policy.
     pub fn remove(&mut self, target_id: u64) -> Result<bool, MapError> {
-        let Some(old) = self.installed.remove(&target_id) else { return Ok(false) };
+        if !self.installed.contains_key(&target_id) {
+            return Ok(false);
+        }
         self.targets.remove(&target_id)?;
+        let old = self.installed.remove(&target_id).expect("checked above");
         self.targets_per_level[old.level as usize] -= 1;
         self.publish_levels()?;
         self.retire(old)?;
@@ -190,7 +236,8 @@ impl Enforcer {
     }
 
     pub fn stats(&self) -> Result<Stats, MapError> {
-        let sum = |index: u32| -> Result<u64, MapError> { Ok(self.stats.get(&index, 0)?.iter().sum()) };
+        let sum =
+            |index: u32| -> Result<u64, MapError> { Ok(self.stats.get(&index, 0)?.iter().sum()) };
         Ok(Stats {
             events: sum(STAT_EVENTS)?,
             events_dropped: sum(STAT_EVENTS_DROPPED)?,
@@ -229,13 +276,22 @@ impl Enforcer {
 
     fn write_entries(&mut self, policy_id: u32, policy: &CompiledPolicy) -> Result<(), MapError> {
         for (index, glob) in policy.globs.iter().enumerate() {
-            self.globs.insert(GlobKey { policy_id, index: index as u32 }, glob, 0)?;
+            self.globs.insert(
+                GlobKey {
+                    policy_id,
+                    index: index as u32,
+                },
+                glob,
+                0,
+            )?;
         }
         for TrieEntry { key, verdict } in &policy.suffixes {
-            self.suffixes.insert(&trie_key(policy_id, key), verdict, 0)?;
+            self.suffixes
+                .insert(&trie_key(policy_id, key), verdict, 0)?;
         }
         for TrieEntry { key, verdict } in &policy.prefixes {
-            self.prefixes.insert(&trie_key(policy_id, key), verdict, 0)?;
+            self.prefixes
+                .insert(&trie_key(policy_id, key), verdict, 0)?;
         }
         Ok(())
     }
@@ -243,7 +299,10 @@ impl Enforcer {
     /// Best effort: entries that were never written are simply absent.
     fn delete_entries(&mut self, policy_id: u32, policy: &CompiledPolicy) {
         for index in 0..policy.globs.len() {
-            let _ = self.globs.remove(&GlobKey { policy_id, index: index as u32 });
+            let _ = self.globs.remove(&GlobKey {
+                policy_id,
+                index: index as u32,
+            });
         }
         for entry in &policy.suffixes {
             let _ = self.suffixes.remove(&trie_key(policy_id, &entry.key));

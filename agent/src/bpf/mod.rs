@@ -8,8 +8,11 @@ pub use enforcer::{Enforcer, InstalledPolicy, PolicyRegistry, Stats};
 pub use preflight::{LoadError, LsmList, Preflight};
 
 /// The BPF object built from ebpf/programs by build.rs.
-pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/palisade.bpf.o"));
+pub(crate) static OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/palisade.bpf.o"));
 
 /// The LSM programs in the object, by function name, with the hook each attaches to.
-pub(crate) const PROGRAMS: &[(&str, &str)] =
-    &[("file_open", "file_open"), ("bprm_check_security", "bprm_check_security")];
+pub(crate) const PROGRAMS: &[(&str, &str)] = &[
+    ("file_open", "file_open"),
+    ("bprm_check_security", "bprm_check_security"),
+];

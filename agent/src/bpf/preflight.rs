@@ -15,7 +15,9 @@ pub enum LoadError {
          Boot with lsm={active},bpf (and a kernel built with CONFIG_BPF_LSM=y)"
     )]
     BpfLsmInactive { active: String },
-    #[error("kernel BTF is unavailable ({0}): BPF LSM needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
+    #[error(
+        "kernel BTF is unavailable ({0}): BPF LSM needs a kernel built with CONFIG_DEBUG_INFO_BTF=y"
+    )]
     NoBtf(String),
     #[error(
         "the kernel refused to {step} BPF LSM program `{program}` ({error}): \
@@ -26,7 +28,7 @@ pub enum LoadError {
         program: String,
         hint: &'static str,
         // Not a #[source]: its text already carries the OS error, once.
-        error: aya::programs::ProgramError,
+        error: Box<aya::programs::ProgramError>,
     },
     #[error("cannot load the BPF object: {0}")]
     Object(#[from] aya::EbpfError),
@@ -42,7 +44,11 @@ pub enum LoadError {
 
 impl LoadError {
     /// Explains an error from loading or attaching a program.
-    pub(crate) fn program(step: &'static str, program: &str, error: aya::programs::ProgramError) -> Self {
+    pub(crate) fn program(
+        step: &'static str,
+        program: &str,
+        error: aya::programs::ProgramError,
+    ) -> Self {
         let os_error = match &error {
             aya::programs::ProgramError::LoadError { io_error, .. } => io_error.raw_os_error(),
             aya::programs::ProgramError::SyscallError(error) => error.io_error.raw_os_error(),
@@ -55,7 +61,12 @@ impl LoadError {
         } else {
             ""
         };
-        Self::Program { step, program: program.to_owned(), hint, error }
+        Self::Program {
+            step,
+            program: program.to_owned(),
+            hint,
+            error: Box::new(error),
+        }
     }
 }
 
@@ -87,17 +98,37 @@ impl Preflight {
             .map(|release| release.trim().to_owned())
             .unwrap_or_else(|err| format!("unknown ({err})"));
         let lsm_list = fs::read_to_string("/sys/kernel/security/lsm")
-            .map(|list| LsmList { list: list.trim().to_owned(), source: "/sys/kernel/security/lsm" })
+            .map(|list| LsmList {
+                list: list.trim().to_owned(),
+                source: "/sys/kernel/security/lsm",
+            })
             .ok()
             .or_else(|| {
                 let cmdline = fs::read_to_string("/proc/cmdline").ok()?;
-                let list = cmdline.split_whitespace().find_map(|arg| arg.strip_prefix("lsm="))?;
-                Some(LsmList { list: list.to_owned(), source: "the kernel command line" })
+                let list = cmdline
+                    .split_whitespace()
+                    .find_map(|arg| arg.strip_prefix("lsm="))?;
+                Some(LsmList {
+                    list: list.to_owned(),
+                    source: "the kernel command line",
+                })
             });
         let btf = Btf::from_sys_fs().map(drop).map_err(|err| err.to_string());
-        let lsm_programs = is_program_supported(ProgramType::Lsm(LsmAttachType::Mac))
-            .map_err(|err| format!("{err}: {}", std::error::Error::source(&err).map(ToString::to_string).unwrap_or_default()));
-        Self { kernel, lsm_list, btf, lsm_programs }
+        let lsm_programs =
+            is_program_supported(ProgramType::Lsm(LsmAttachType::Mac)).map_err(|err| {
+                format!(
+                    "{err}: {}",
+                    std::error::Error::source(&err)
+                        .map(ToString::to_string)
+                        .unwrap_or_default()
+                )
+            });
+        Self {
+            kernel,
+            lsm_list,
+            btf,
+            lsm_programs,
+        }
     }
 
     /// The first check that rules BPF LSM out, if any. An unreadable LSM list (securityfs not
@@ -106,7 +137,9 @@ impl Preflight {
         if let Some(lsm) = &self.lsm_list
             && !lsm.has_bpf()
         {
-            return Err(LoadError::BpfLsmInactive { active: lsm.list.clone() });
+            return Err(LoadError::BpfLsmInactive {
+                active: lsm.list.clone(),
+            });
         }
         self.btf.clone().map_err(LoadError::NoBtf)
     }

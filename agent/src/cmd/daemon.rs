@@ -60,19 +60,30 @@ pub struct PolicyDir {
 }
 
 fn is_policy_file(path: &Path) -> bool {
-    matches!(path.extension().and_then(|ext| ext.to_str()), Some("yaml" | "yml"))
+    matches!(
+        path.extension().and_then(|ext| ext.to_str()),
+        Some("yaml" | "yml")
+    )
 }
 
 impl PolicyDir {
     pub fn new(dir: PathBuf, cgroup_root: PathBuf) -> Self {
-        Self { dir, cgroup_root, enforced: HashMap::new() }
+        Self {
+            dir,
+            cgroup_root,
+            enforced: HashMap::new(),
+        }
     }
 
     fn prepare(&self, file: &Path, text: &str) -> Result<(CompiledPolicy, Cgroup), PolicyError> {
         let policy = crate::policy::Policy::parse(file, text)?;
         let compiled = crate::policy::compile(file, &policy)?;
         let Some(Target { cgroup_path }) = &policy.spec.target else {
-            return Err(PolicyError::new(file, "spec.target", "required by the agent"));
+            return Err(PolicyError::new(
+                file,
+                "spec.target",
+                "required by the agent",
+            ));
         };
         let cgroup = Cgroup::open(&self.cgroup_root, cgroup_path)
             .map_err(|err| PolicyError::new(file, "spec.target.cgroupPath", err.to_string()))?;
@@ -84,9 +95,15 @@ impl PolicyDir {
     pub fn reconcile(&mut self, enforcer: &mut impl Enforce) -> Vec<String> {
         let mut errors = Vec::new();
         let mut files: Vec<PathBuf> = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries.filter_map(|entry| Some(entry.ok()?.path())).filter(|p| is_policy_file(p)).collect(),
+            Ok(entries) => entries
+                .filter_map(|entry| Some(entry.ok()?.path()))
+                .filter(|p| is_policy_file(p))
+                .collect(),
             Err(err) => {
-                errors.push(format!("{}: cannot list: {err}; keeping every policy as it is", self.dir.display()));
+                errors.push(format!(
+                    "{}: cannot list: {err}; keeping every policy as it is",
+                    self.dir.display()
+                ));
                 return errors;
             }
         };
@@ -95,18 +112,31 @@ impl PolicyDir {
             let text = match std::fs::read_to_string(file) {
                 Ok(text) => text,
                 Err(err) => {
-                    errors.push(format!("{}: cannot read: {err}{}", file.display(), self.kept(file)));
+                    errors.push(format!(
+                        "{}: cannot read: {err}{}",
+                        file.display(),
+                        self.kept(file)
+                    ));
                     continue;
                 }
             };
-            if self.enforced.get(file).is_some_and(|enforced| enforced.text == text) {
+            if self
+                .enforced
+                .get(file)
+                .is_some_and(|enforced| enforced.text == text)
+            {
                 continue;
             }
             if let Err(err) = self.enforce(enforcer, file, text) {
                 errors.push(format!("{err}{}", self.kept(file)));
             }
         }
-        let removed: Vec<PathBuf> = self.enforced.keys().filter(|file| !files.contains(file)).cloned().collect();
+        let removed: Vec<PathBuf> = self
+            .enforced
+            .keys()
+            .filter(|file| !files.contains(file))
+            .cloned()
+            .collect();
         for file in removed {
             let enforced = &self.enforced[&file];
             match enforcer.remove(enforced.target.id) {
@@ -121,29 +151,55 @@ impl PolicyDir {
     }
 
     fn kept(&self, file: &Path) -> &'static str {
-        if self.enforced.contains_key(file) { "; the previous version stays enforced" } else { "; not enforced" }
+        if self.enforced.contains_key(file) {
+            "; the previous version stays enforced"
+        } else {
+            "; not enforced"
+        }
     }
 
-    fn enforce(&mut self, enforcer: &mut impl Enforce, file: &Path, text: String) -> Result<(), PolicyError> {
+    fn enforce(
+        &mut self,
+        enforcer: &mut impl Enforce,
+        file: &Path,
+        text: String,
+    ) -> Result<(), PolicyError> {
         let (compiled, target) = self.prepare(file, &text)?;
-        if let Some((other, _)) =
-            self.enforced.iter().find(|(other, enforced)| *other != file && enforced.target.id == target.id)
+        if let Some((other, _)) = self
+            .enforced
+            .iter()
+            .find(|(other, enforced)| *other != file && enforced.target.id == target.id)
         {
             return Err(PolicyError::new(
                 file,
                 "spec.target.cgroupPath",
-                format!("{} already has a policy, from {}", target.path.display(), other.display()),
+                format!(
+                    "{} already has a policy, from {}",
+                    target.path.display(),
+                    other.display()
+                ),
             ));
         }
         let name = compiled.name.clone();
         enforcer
             .apply(&target, Arc::new(compiled))
             .map_err(|err| PolicyError::new(file, "(kernel)", format!("cannot install: {err}")))?;
-        let previous = self.enforced.insert(file.to_owned(), Enforced { text, name: name.clone(), target: target.clone() });
+        let previous = self.enforced.insert(
+            file.to_owned(),
+            Enforced {
+                text,
+                name: name.clone(),
+                target: target.clone(),
+            },
+        );
         if let Some(previous) = previous.filter(|previous| previous.target.id != target.id)
             && let Err(err) = enforcer.remove(previous.target.id)
         {
-            warn!("{}: removing the policy from its old target {}: {err}", file.display(), previous.target.path.display());
+            warn!(
+                "{}: removing the policy from its old target {}: {err}",
+                file.display(),
+                previous.target.path.display()
+            );
         }
         info!(policy = %name, file = %file.display(), target = %target.path.display(), "policy enforced");
         Ok(())
@@ -172,23 +228,29 @@ fn report_drops(previous: &mut Stats, now: Stats) {
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let dir = &args.policy_dir;
-    anyhow::ensure!(dir.is_dir(), "the policy directory {} does not exist", dir.display());
+    anyhow::ensure!(
+        dir.is_dir(),
+        "the policy directory {} does not exist",
+        dir.display()
+    );
     let mut enforcer = Enforcer::load().context("cannot enforce policies")?;
-    let ring = enforcer.take_events().context("the event ring buffer is missing")?;
+    let ring = enforcer
+        .take_events()
+        .context("the event ring buffer is missing")?;
     let mut reader = EventReader::new(ring, Decoder::new(enforcer.registry()))?;
     let sink_stats = reader.stats();
     let mut sink = super::event_sink(args.events.as_deref(), Box::new(std::io::stdout()))?;
 
-    let mut policies = PolicyDir::new(dir.clone(), cgroup2_root()?);
-    for err in policies.reconcile(&mut enforcer) {
-        error!("{err}");
-    }
-
+    // Watch before the first read, so that no change can slip in between.
     let (changed_tx, mut changed) = mpsc::channel::<()>(1);
     let mut watcher = notify::recommended_watcher(move |_| {
         let _ = changed_tx.try_send(());
     })?;
     watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
+    let mut policies = PolicyDir::new(dir.clone(), cgroup2_root()?);
+    for err in policies.reconcile(&mut enforcer) {
+        error!("{err}");
+    }
     info!(dir = %dir.display(), "agent ready: watching for policy changes");
 
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -220,4 +282,158 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     policies.clear(&mut enforcer);
     info!("agent stopped: policies removed");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records what is enforced, by target id; can be told to fail.
+    #[derive(Default)]
+    struct FakeKernel {
+        enforced: HashMap<u64, String>,
+        fail: bool,
+    }
+
+    impl Enforce for FakeKernel {
+        fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError> {
+            if self.fail {
+                return Err(MapError::KeyNotFound);
+            }
+            self.enforced.insert(target.id, policy.name.clone());
+            Ok(())
+        }
+
+        fn remove(&mut self, target_id: u64) -> Result<bool, MapError> {
+            Ok(self.enforced.remove(&target_id).is_some())
+        }
+    }
+
+    struct Setup {
+        base: PathBuf,
+        policies: PolicyDir,
+        kernel: FakeKernel,
+    }
+
+    impl Setup {
+        fn new(name: &str) -> Self {
+            let base = std::env::temp_dir()
+                .join(format!("palisade-agent-test-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&base);
+            std::fs::create_dir_all(base.join("policies")).unwrap();
+            std::fs::create_dir_all(base.join("cgroup/app")).unwrap();
+            std::fs::create_dir_all(base.join("cgroup/other")).unwrap();
+            let policies = PolicyDir::new(base.join("policies"), base.join("cgroup"));
+            Self {
+                base,
+                policies,
+                kernel: FakeKernel::default(),
+            }
+        }
+
+        fn write(&self, file: &str, name: &str, cgroup: &str) {
+            let text = format!(
+                "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\nspec:\n  target:\n    cgroupPath: {cgroup}\n  rules:\n    exec:\n      - paths: [/bin/sh]\n        action: deny\n"
+            );
+            std::fs::write(self.base.join("policies").join(file), text).unwrap();
+        }
+
+        fn reconcile(&mut self) -> Vec<String> {
+            let errors = self.policies.reconcile(&mut self.kernel);
+            // Paths differ per run: compare errors relative to the test directory.
+            errors
+                .into_iter()
+                .map(|err| err.replace(&self.base.display().to_string(), ""))
+                .collect()
+        }
+
+        fn id(&self, cgroup: &str) -> u64 {
+            Cgroup::open(&self.base.join("cgroup"), cgroup).unwrap().id
+        }
+
+        fn enforced(&self, cgroup: &str) -> Option<&str> {
+            self.kernel
+                .enforced
+                .get(&self.id(cgroup))
+                .map(String::as_str)
+        }
+    }
+
+    impl Drop for Setup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.base);
+        }
+    }
+
+    #[test]
+    fn follows_added_replaced_and_removed_files() {
+        let mut setup = Setup::new("follow");
+        setup.write("app.yaml", "v1", "app");
+        std::fs::write(setup.base.join("policies/notes.txt"), "not a policy").unwrap();
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.enforced("app"), Some("v1"));
+        setup.write("app.yaml", "v2", "app");
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.enforced("app"), Some("v2"));
+        // Moving the policy to another target releases the first.
+        setup.write("app.yaml", "v3", "other");
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.enforced("app"), None);
+        assert_eq!(setup.enforced("other"), Some("v3"));
+        std::fs::remove_file(setup.base.join("policies/app.yaml")).unwrap();
+        assert!(setup.reconcile().is_empty());
+        assert!(setup.kernel.enforced.is_empty());
+    }
+
+    #[test]
+    fn a_broken_file_keeps_its_previous_version() {
+        let mut setup = Setup::new("broken");
+        setup.write("app.yaml", "v1", "app");
+        setup.reconcile();
+        std::fs::write(setup.base.join("policies/app.yaml"), "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata: {name: v2}\nspec: {rulez: []}\n").unwrap();
+        assert_eq!(
+            setup.reconcile(),
+            [
+                "/policies/app.yaml: spec: unknown field `rulez`, expected `target` or `rules` at line 4 column 8; the previous version stays enforced"
+            ]
+        );
+        assert_eq!(setup.enforced("app"), Some("v1"));
+    }
+
+    #[test]
+    fn a_missing_target_or_a_taken_one_is_not_enforced() {
+        let mut setup = Setup::new("targets");
+        setup.write("a.yaml", "a", "app");
+        setup.write("b.yaml", "b", "app");
+        setup.write("c.yaml", "c", "gone");
+        assert_eq!(
+            setup.reconcile(),
+            [
+                "/policies/b.yaml: spec.target.cgroupPath: /cgroup/app already has a policy, from /policies/a.yaml; not enforced",
+                "/policies/c.yaml: spec.target.cgroupPath: cgroup /cgroup/gone does not exist; not enforced",
+            ]
+        );
+        assert_eq!(setup.enforced("app"), Some("a"));
+    }
+
+    #[test]
+    fn a_kernel_error_keeps_the_previous_version() {
+        let mut setup = Setup::new("kernel-error");
+        setup.write("app.yaml", "v1", "app");
+        setup.reconcile();
+        setup.kernel.fail = true;
+        setup.write("app.yaml", "v2", "app");
+        let errors = setup.reconcile();
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with("/policies/app.yaml: (kernel): cannot install: "),
+            "{errors:?}"
+        );
+        assert!(errors[0].ends_with("; the previous version stays enforced"));
+        assert_eq!(setup.enforced("app"), Some("v1"));
+        // Once the kernel accepts it, the retry happens at the next reconcile.
+        setup.kernel.fail = false;
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.enforced("app"), Some("v2"));
+    }
 }

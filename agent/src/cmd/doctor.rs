@@ -7,22 +7,30 @@ use aya::{
     sys::is_program_supported,
 };
 
-use crate::{bpf::{Enforcer, Preflight}, targets::{cgroup2_root, mount_point}};
+use crate::{
+    bpf::{Enforcer, Preflight},
+    targets::{cgroup2_root, mount_point},
+};
 
 /// Prints the report; returns whether Palisade can enforce here.
 pub fn run(out: &mut impl Write) -> std::io::Result<bool> {
     let preflight = Preflight::run();
     writeln!(out, "kernel           {}", preflight.kernel)?;
     match &preflight.lsm_list {
-        Some(lsm) if lsm.has_bpf() => {
-            writeln!(out, "lsm list         {} (from {}): ok, bpf is active", lsm.list, lsm.source)?
-        }
+        Some(lsm) if lsm.has_bpf() => writeln!(
+            out,
+            "lsm list         {} (from {}): ok, bpf is active",
+            lsm.list, lsm.source
+        )?,
         Some(lsm) => writeln!(
             out,
             "lsm list         {} (from {}): FAIL, bpf is not in the list (boot with lsm={},bpf)",
             lsm.list, lsm.source, lsm.list
         )?,
-        None => writeln!(out, "lsm list         unknown: securityfs is not mounted and there is no lsm= boot option")?,
+        None => writeln!(
+            out,
+            "lsm list         unknown: securityfs is not mounted and there is no lsm= boot option"
+        )?,
     }
     match &preflight.btf {
         Ok(()) => writeln!(out, "kernel BTF       /sys/kernel/btf/vmlinux: ok")?,
@@ -48,7 +56,12 @@ pub fn run(out: &mut impl Write) -> std::io::Result<bool> {
         let verdict = match is_program_supported(program_type) {
             Ok(true) => "yes".to_owned(),
             Ok(false) => "no (unsupported)".to_owned(),
-            Err(err) => format!("no ({err}: {})", std::error::Error::source(&err).map(ToString::to_string).unwrap_or_default()),
+            Err(err) => format!(
+                "no ({err}: {})",
+                std::error::Error::source(&err)
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            ),
         };
         writeln!(out, "  {name:<18} {verdict}")?;
     }
@@ -62,6 +75,14 @@ pub fn run(out: &mut impl Write) -> std::io::Result<bool> {
             false
         }
     };
-    writeln!(out, "verdict          {}", if ready { "READY: Palisade can enforce on this kernel" } else { "NOT READY: Palisade cannot enforce on this kernel" })?;
+    writeln!(
+        out,
+        "verdict          {}",
+        if ready {
+            "READY: Palisade can enforce on this kernel"
+        } else {
+            "NOT READY: Palisade cannot enforce on this kernel"
+        }
+    )?;
     Ok(ready)
 }

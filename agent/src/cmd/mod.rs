@@ -10,7 +10,10 @@ use std::{fs::OpenOptions, io::Write, path::Path};
 use anyhow::Context;
 
 /// Where events go: a file (appended to) or the given default stream.
-fn event_sink(file: Option<&Path>, default: Box<dyn Write + Send>) -> anyhow::Result<Box<dyn Write + Send>> {
+fn event_sink(
+    file: Option<&Path>,
+    default: Box<dyn Write + Send>,
+) -> anyhow::Result<Box<dyn Write + Send>> {
     Ok(match file {
         Some(path) => Box::new(
             OpenOptions::new()

@@ -27,7 +27,13 @@ fn verdict_text(verdict: &PathVerdict) -> String {
         .iter()
         .enumerate()
         .filter(|(i, _)| verdict.action[*i] != 0)
-        .map(|(i, name)| format!("{name}={}(rule {})", action_name(verdict.action[i]), verdict.rule_id[i]))
+        .map(|(i, name)| {
+            format!(
+                "{name}={}(rule {})",
+                action_name(verdict.action[i]),
+                verdict.rule_id[i]
+            )
+        })
         .collect();
     if verdict.glob_mask != 0 {
         parts.push(format!("globs={:#x}", verdict.glob_mask));
@@ -50,17 +56,37 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
         compiled.globs.len()
     )?;
     for (index, rule) in compiled.rules.iter().enumerate() {
-        writeln!(out, "rule {} \"{}\": {:?}", index + 1, rule.name, rule.action)?;
+        writeln!(
+            out,
+            "rule {} \"{}\": {:?}",
+            index + 1,
+            rule.name,
+            rule.action
+        )?;
     }
     for entry in &compiled.prefixes {
-        writeln!(out, "path_prefixes \"{}\": {}", escaped(&entry.key), verdict_text(&entry.verdict))?;
+        writeln!(
+            out,
+            "path_prefixes \"{}\": {}",
+            escaped(&entry.key),
+            verdict_text(&entry.verdict)
+        )?;
     }
     for entry in &compiled.suffixes {
-        writeln!(out, "path_suffixes (reversed) \"{}\": {}", escaped(&entry.key), verdict_text(&entry.verdict))?;
+        writeln!(
+            out,
+            "path_suffixes (reversed) \"{}\": {}",
+            escaped(&entry.key),
+            verdict_text(&entry.verdict)
+        )?;
     }
     for (index, glob) in compiled.globs.iter().enumerate() {
-        let perms: Vec<&str> =
-            PERM_NAMES.iter().enumerate().filter(|(i, _)| glob.perms & (1 << i) != 0).map(|(_, n)| *n).collect();
+        let perms: Vec<&str> = PERM_NAMES
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| glob.perms & (1 << i) != 0)
+            .map(|(_, n)| *n)
+            .collect();
         writeln!(
             out,
             "globs[{index}]: {} {} (rule {}), paths of at least {} bytes",

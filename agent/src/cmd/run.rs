@@ -35,7 +35,10 @@ impl Drop for Sandbox<'_> {
         // Processes the command left behind would keep the cgroup alive.
         let _ = fs::write(self.cgroup.path.join("cgroup.kill"), "1");
         if let Err(err) = self.enforcer.remove(self.cgroup.id) {
-            warn!("removing the policy of {}: {err}", self.cgroup.path.display());
+            warn!(
+                "removing the policy of {}: {err}",
+                self.cgroup.path.display()
+            );
         }
         if let Err(err) = self.cgroup.remove() {
             warn!("{err}");
@@ -45,7 +48,9 @@ impl Drop for Sandbox<'_> {
 
 /// The exit code a shell would report for `status`.
 fn exit_code(status: ExitStatus) -> i32 {
-    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
@@ -54,17 +59,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
         info!("spec.target is ignored: `palisade run` protects the cgroup it creates");
     }
     let mut enforcer = Enforcer::load().context("cannot enforce the policy")?;
-    let ring = enforcer.take_events().context("the event ring buffer is missing")?;
+    let ring = enforcer
+        .take_events()
+        .context("the event ring buffer is missing")?;
     let mut reader = EventReader::new(ring, Decoder::new(enforcer.registry()))?;
     let sink_stats = reader.stats();
 
     let root = cgroup2_root()?;
     let cgroup = Cgroup::create(&root, &format!("palisade-run-{}", std::process::id()))?;
-    let sandbox = Sandbox { enforcer: &mut enforcer, cgroup };
+    let sandbox = Sandbox {
+        enforcer: &mut enforcer,
+        cgroup,
+    };
     sandbox
         .enforcer
         .apply(&sandbox.cgroup, Arc::new(compiled))
-        .with_context(|| format!("applying {} to {}", args.policy.display(), sandbox.cgroup.path.display()))?;
+        .with_context(|| {
+            format!(
+                "applying {} to {}",
+                args.policy.display(),
+                sandbox.cgroup.path.display()
+            )
+        })?;
 
     let (program, program_args) = args.command.split_first().context("no command given")?;
     let procs = sandbox.cgroup.procs_file();
@@ -72,7 +88,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     command.args(program_args);
     // SAFETY: join_in_child only makes async-signal-safe calls.
     unsafe { command.pre_exec(move || join_in_child(&procs)) };
-    let mut child = command.spawn().with_context(|| format!("starting {program}"))?;
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("starting {program}"))?;
 
     let mut sink = super::event_sink(args.events.as_deref(), Box::new(std::io::stderr()))?;
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -94,7 +112,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     reader.drain(&mut sink);
     let kernel_stats = sandbox.enforcer.stats()?;
     drop(sandbox);
-    report_losses(kernel_stats.events_dropped, sink_stats.write_errors.load(Ordering::Relaxed), args.events.as_deref());
+    report_losses(
+        kernel_stats.events_dropped,
+        sink_stats.write_errors.load(Ordering::Relaxed),
+        args.events.as_deref(),
+    );
     Ok(exit_code(status))
 }
 

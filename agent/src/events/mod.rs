@@ -55,14 +55,20 @@ pub struct Decoder {
 }
 
 fn clock(id: libc::clockid_t) -> Duration {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid clock id and out pointer.
     unsafe { libc::clock_gettime(id, &mut now) };
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 fn c_string(bytes: &[u8]) -> String {
-    let end = bytes.iter().position(|&byte| byte == 0).unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .position(|&byte| byte == 0)
+        .unwrap_or(bytes.len());
     String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
@@ -71,8 +77,13 @@ impl Decoder {
         let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|name| name.trim().to_owned())
             .unwrap_or_default();
-        let boot_time = SystemTime::UNIX_EPOCH + clock(libc::CLOCK_REALTIME) - clock(libc::CLOCK_BOOTTIME);
-        Self { node, registry, boot_time }
+        let boot_time =
+            SystemTime::UNIX_EPOCH + clock(libc::CLOCK_REALTIME) - clock(libc::CLOCK_BOOTTIME);
+        Self {
+            node,
+            registry,
+            boot_time,
+        }
     }
 
     /// Decodes one ring buffer record; `None` if it is not an event of this version.
@@ -83,14 +94,24 @@ impl Decoder {
         // SAFETY: Event is a plain C struct valid for any bit pattern; the length was checked.
         let event: Event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
         let installed = self.registry.get(event.policy_id);
-        let rule = installed.as_ref().and_then(|installed| installed.policy.rule_name(event.rule_id));
-        let permissions = [(PERM_READ, "read"), (PERM_WRITE, "write"), (PERM_APPEND, "append"), (PERM_EXEC, "exec")]
-            .into_iter()
-            .filter(|(bit, _)| event.perms & bit != 0)
-            .map(|(_, name)| name)
-            .collect();
+        let rule = installed
+            .as_ref()
+            .and_then(|installed| installed.policy.rule_name(event.rule_id));
+        let permissions = [
+            (PERM_READ, "read"),
+            (PERM_WRITE, "write"),
+            (PERM_APPEND, "append"),
+            (PERM_EXEC, "exec"),
+        ]
+        .into_iter()
+        .filter(|(bit, _)| event.perms & bit != 0)
+        .map(|(_, name)| name)
+        .collect();
         Some(AuditEvent {
-            time: humantime::format_rfc3339_nanos(self.boot_time + Duration::from_nanos(event.time_ns)).to_string(),
+            time: humantime::format_rfc3339_nanos(
+                self.boot_time + Duration::from_nanos(event.time_ns),
+            )
+            .to_string(),
             node: self.node.clone(),
             hook: match event.hook {
                 HOOK_FILE_OPEN => "file_open",
@@ -102,12 +123,16 @@ impl Decoder {
                 ACTION_AUDIT => "audit",
                 _ => "unknown",
             },
-            policy: installed.as_ref().map(|installed| installed.policy.name.clone()),
+            policy: installed
+                .as_ref()
+                .map(|installed| installed.policy.name.clone()),
             rule: rule.map(str::to_owned),
             rule_id: event.rule_id,
             target: EventTarget {
                 cgroup_id: event.target_cgroup_id,
-                cgroup_path: installed.as_ref().map(|installed| installed.target.path.display().to_string()),
+                cgroup_path: installed
+                    .as_ref()
+                    .map(|installed| installed.target.path.display().to_string()),
             },
             cgroup_id: event.cgroup_id,
             pid: event.pid,

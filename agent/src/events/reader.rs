@@ -33,7 +33,11 @@ impl EventReader {
         // AsyncFd owns the ring buffer.
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(std::io::Error::from)?;
-        Ok(Self { ring, decoder, stats: Arc::default() })
+        Ok(Self {
+            ring,
+            decoder,
+            stats: Arc::default(),
+        })
     }
 
     pub fn stats(&self) -> Arc<SinkStats> {

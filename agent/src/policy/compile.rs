@@ -92,15 +92,18 @@ fn merge_verdicts(into: &mut PathVerdict, from: &PathVerdict) {
 /// shorter key's contribution (the keys that are prefixes of theirs).
 fn covering_entries(own: HashMap<Vec<u8>, PathVerdict>) -> Vec<TrieEntry> {
     let mut entries: Vec<TrieEntry> = own
-        .iter()
-        .map(|(key, _)| {
+        .keys()
+        .map(|key| {
             let mut verdict = PathVerdict::default();
             for len in 1..=key.len() {
                 if let Some(shorter) = own.get(&key[..len]) {
                     merge_verdicts(&mut verdict, shorter);
                 }
             }
-            TrieEntry { key: key.clone(), verdict }
+            TrieEntry {
+                key: key.clone(),
+                verdict,
+            }
         })
         .collect();
     entries.sort_by(|a, b| a.key.cmp(&b.key));
@@ -124,20 +127,35 @@ impl Compiler<'_> {
         rule_id: u32,
     ) -> Result<(), PolicyError> {
         if paths.is_empty() {
-            return Err(PolicyError::new(self.file, format!("{field}.paths"), "must list at least one path"));
+            return Err(PolicyError::new(
+                self.file,
+                format!("{field}.paths"),
+                "must list at least one path",
+            ));
         }
         let action = kernel_action(action);
         for (index, path) in paths.iter().enumerate() {
-            let pattern = Pattern::parse(path)
-                .map_err(|reason| PolicyError::new(self.file, format!("{field}.paths[{index}]"), reason))?;
+            let pattern = Pattern::parse(path).map_err(|reason| {
+                PolicyError::new(self.file, format!("{field}.paths[{index}]"), reason)
+            })?;
             match pattern {
                 Pattern::Exact(path) => {
                     let mut key = path.into_bytes();
                     key.push(0);
-                    merge(self.prefixes.entry(key).or_default(), perms, action, rule_id);
+                    merge(
+                        self.prefixes.entry(key).or_default(),
+                        perms,
+                        action,
+                        rule_id,
+                    );
                 }
                 Pattern::Prefix(prefix) => {
-                    merge(self.prefixes.entry(prefix.into_bytes()).or_default(), perms, action, rule_id);
+                    merge(
+                        self.prefixes.entry(prefix.into_bytes()).or_default(),
+                        perms,
+                        action,
+                        rule_id,
+                    );
                 }
                 Pattern::Glob { prefix, suffix } => {
                     if self.globs.len() == MAX_GLOBS as usize {
@@ -154,7 +172,10 @@ impl Compiler<'_> {
                         action,
                         rule_id,
                     });
-                    self.prefixes.entry(prefix.into_bytes()).or_default().glob_mask |= bit;
+                    self.prefixes
+                        .entry(prefix.into_bytes())
+                        .or_default()
+                        .glob_mask |= bit;
                     let reversed: Vec<u8> = suffix.bytes().rev().collect();
                     self.suffixes.entry(reversed).or_default().glob_mask |= bit;
                 }
@@ -166,13 +187,23 @@ impl Compiler<'_> {
 
 /// Compiles a parsed policy. `file` only names the source in errors.
 pub fn compile(file: &Path, policy: &Policy) -> Result<CompiledPolicy, PolicyError> {
-    let mut compiler =
-        Compiler { file, prefixes: HashMap::new(), suffixes: HashMap::new(), globs: Vec::new() };
+    let mut compiler = Compiler {
+        file,
+        prefixes: HashMap::new(),
+        suffixes: HashMap::new(),
+        globs: Vec::new(),
+    };
     let mut rules: Vec<RuleInfo> = Vec::new();
     let mut add_info = |field: &str, name: &Option<String>, action: Action| {
-        let name = name.clone().unwrap_or_else(|| field.trim_start_matches("spec.rules.").to_owned());
+        let name = name
+            .clone()
+            .unwrap_or_else(|| field.trim_start_matches("spec.rules.").to_owned());
         if rules.iter().any(|rule| rule.name == name) {
-            return Err(PolicyError::new(file, format!("{field}.name"), format!("duplicate rule name \"{name}\"")));
+            return Err(PolicyError::new(
+                file,
+                format!("{field}.name"),
+                format!("duplicate rule name \"{name}\""),
+            ));
         }
         rules.push(RuleInfo { name, action });
         Ok(rules.len() as u32)
@@ -180,10 +211,20 @@ pub fn compile(file: &Path, policy: &Policy) -> Result<CompiledPolicy, PolicyErr
     for (index, rule) in policy.spec.rules.files.iter().enumerate() {
         let field = format!("spec.rules.files[{index}]");
         if rule.permissions.is_empty() {
-            return Err(PolicyError::new(file, format!("{field}.permissions"), "must list at least one permission"));
+            return Err(PolicyError::new(
+                file,
+                format!("{field}.permissions"),
+                "must list at least one permission",
+            ));
         }
         let rule_id = add_info(&field, &rule.name, rule.action)?;
-        compiler.add_rule(&field, &rule.paths, kernel_perms(&rule.permissions), rule.action, rule_id)?;
+        compiler.add_rule(
+            &field,
+            &rule.paths,
+            kernel_perms(&rule.permissions),
+            rule.action,
+            rule_id,
+        )?;
     }
     for (index, rule) in policy.spec.rules.exec.iter().enumerate() {
         let field = format!("spec.rules.exec[{index}]");
@@ -231,7 +272,9 @@ mod tests {
                 best = (action, rule_id);
             }
         };
-        let Some(prefix) = longest(&policy.prefixes, &key) else { return best };
+        let Some(prefix) = longest(&policy.prefixes, &key) else {
+            return best;
+        };
         for i in 0..PERM_COUNT as usize {
             if perms & (1 << i) != 0 {
                 consider(prefix.action[i], prefix.rule_id[i]);
@@ -241,7 +284,10 @@ mod tests {
         if let Some(suffix) = longest(&policy.suffixes, &reversed) {
             let matched = prefix.glob_mask & suffix.glob_mask;
             for (i, glob) in policy.globs.iter().enumerate() {
-                if matched & (1 << i) != 0 && path.len() as u32 >= glob.min_len && glob.perms & perms != 0 {
+                if matched & (1 << i) != 0
+                    && path.len() as u32 >= glob.min_len
+                    && glob.perms & perms != 0
+                {
                     consider(glob.action, glob.rule_id);
                 }
             }
@@ -271,15 +317,24 @@ mod tests {
         assert_eq!(policy.rule_name(2), Some("files[1]"));
         assert_eq!(policy.rule_name(3), Some("no-curl"));
         assert_eq!(decide(&policy, "/etc/shadow", PERM_READ), (ACTION_DENY, 1));
-        assert_eq!(decide(&policy, "/etc/shadow", PERM_APPEND), (ACTION_DENY, 1));
+        assert_eq!(
+            decide(&policy, "/etc/shadow", PERM_APPEND),
+            (ACTION_DENY, 1)
+        );
         assert_eq!(decide(&policy, "/etc/shadow-", PERM_READ), (0, 0));
         assert_eq!(decide(&policy, "/etc/shadow", PERM_EXEC), (0, 0));
-        assert_eq!(decide(&policy, "/secrets/a/b", PERM_WRITE), (ACTION_DENY, 1));
+        assert_eq!(
+            decide(&policy, "/secrets/a/b", PERM_WRITE),
+            (ACTION_DENY, 1)
+        );
         assert_eq!(decide(&policy, "/secrets", PERM_WRITE), (0, 0));
         assert_eq!(decide(&policy, "/proc/1/mem", PERM_READ), (ACTION_AUDIT, 2));
         assert_eq!(decide(&policy, "/proc/mem", PERM_READ), (ACTION_AUDIT, 2));
         assert_eq!(decide(&policy, "/proc/1/mem", PERM_WRITE), (0, 0));
-        assert_eq!(decide(&policy, "/usr/bin/curl", PERM_EXEC), (ACTION_DENY, 3));
+        assert_eq!(
+            decide(&policy, "/usr/bin/curl", PERM_EXEC),
+            (ACTION_DENY, 3)
+        );
         assert_eq!(decide(&policy, "/usr/bin/curl", PERM_READ), (0, 0));
     }
 
@@ -300,10 +355,22 @@ mod tests {
         ))
         .unwrap();
         // The longest entry alone answers for the shorter rules that cover it.
-        assert_eq!(decide(&policy, "/etc/ssl/cert.pem", PERM_WRITE), (ACTION_DENY, 1));
-        assert_eq!(decide(&policy, "/etc/ssl/cert.pem", PERM_READ), (ACTION_AUDIT, 2));
-        assert_eq!(decide(&policy, "/etc/ssl/private/key.pem", PERM_READ), (ACTION_DENY, 3));
-        assert_eq!(decide(&policy, "/etc/ssl/private/key.pem", PERM_WRITE), (ACTION_DENY, 1));
+        assert_eq!(
+            decide(&policy, "/etc/ssl/cert.pem", PERM_WRITE),
+            (ACTION_DENY, 1)
+        );
+        assert_eq!(
+            decide(&policy, "/etc/ssl/cert.pem", PERM_READ),
+            (ACTION_AUDIT, 2)
+        );
+        assert_eq!(
+            decide(&policy, "/etc/ssl/private/key.pem", PERM_READ),
+            (ACTION_DENY, 3)
+        );
+        assert_eq!(
+            decide(&policy, "/etc/ssl/private/key.pem", PERM_WRITE),
+            (ACTION_DENY, 1)
+        );
         assert_eq!(decide(&policy, "/etc/hosts", PERM_READ), (0, 0));
         assert_eq!(policy.prefixes.len(), 3);
     }
@@ -324,8 +391,14 @@ mod tests {
 ",
         ))
         .unwrap();
-        assert_eq!(decide(&policy, "/data/tmp/a/x.key", PERM_READ), (ACTION_DENY, 1));
-        assert_eq!(decide(&policy, "/data/tmp/keep", PERM_READ), (ACTION_AUDIT, 3));
+        assert_eq!(
+            decide(&policy, "/data/tmp/a/x.key", PERM_READ),
+            (ACTION_DENY, 1)
+        );
+        assert_eq!(
+            decide(&policy, "/data/tmp/keep", PERM_READ),
+            (ACTION_AUDIT, 3)
+        );
         assert_eq!(decide(&policy, "/data/tmp/a/y.pem", PERM_READ), (0, 0));
         assert_eq!(policy.globs.len(), 2);
     }
@@ -334,12 +407,17 @@ mod tests {
     fn ten_thousand_rules_compile_to_one_entry_each() {
         let mut rules = String::from("    files:\n");
         for i in 0..10_000 {
-            rules.push_str(&format!("      - paths: [/data/f{i}]\n        permissions: [read]\n        action: deny\n"));
+            rules.push_str(&format!(
+                "      - paths: [/data/f{i}]\n        permissions: [read]\n        action: deny\n"
+            ));
         }
         let policy = parse(&with_rules(&rules)).unwrap();
         assert_eq!(policy.rules.len(), 10_000);
         assert_eq!(policy.prefixes.len(), 10_000);
-        assert_eq!(decide(&policy, "/data/f9999", PERM_READ), (ACTION_DENY, 10_000));
+        assert_eq!(
+            decide(&policy, "/data/f9999", PERM_READ),
+            (ACTION_DENY, 10_000)
+        );
     }
 
     #[test]

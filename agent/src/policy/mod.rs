@@ -22,6 +22,10 @@ pub struct PolicyError {
 
 impl PolicyError {
     pub fn new(file: &Path, field: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self { file: file.display().to_string(), field: field.into(), reason: reason.into() }
+        Self {
+            file: file.display().to_string(),
+            field: field.into(),
+            reason: reason.into(),
+        }
     }
 }

@@ -98,8 +98,14 @@ impl Policy {
             // serde_yaml starts its message with the path of the enclosing field (for an unknown
             // key, the map that holds it): use that as the field, and say it once.
             match message.split_once(": ") {
-                Some((field, reason)) if path.starts_with(field) => PolicyError::new(file, field, reason),
-                _ => PolicyError::new(file, if path == "." { "(document)" } else { &path }, message),
+                Some((field, reason)) if path.starts_with(field) => {
+                    PolicyError::new(file, field, reason)
+                }
+                _ => PolicyError::new(
+                    file,
+                    if path == "." { "(document)" } else { &path },
+                    message,
+                ),
             }
         })?;
         if policy.api_version != API_VERSION {

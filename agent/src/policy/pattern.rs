@@ -25,10 +25,14 @@ impl Pattern {
             return Err(format!("\"{pattern}\" contains a NUL byte"));
         }
         if pattern.contains("//") {
-            return Err(format!("\"{pattern}\" contains an empty path component (\"//\")"));
+            return Err(format!(
+                "\"{pattern}\" contains an empty path component (\"//\")"
+            ));
         }
         if pattern.split('/').any(|part| part == "." || part == "..") {
-            return Err(format!("\"{pattern}\" contains a \".\" or \"..\" component"));
+            return Err(format!(
+                "\"{pattern}\" contains a \".\" or \"..\" component"
+            ));
         }
         let pieces: Vec<&str> = pattern.split("**").collect();
         if pieces.len() > 2 {
@@ -43,9 +47,10 @@ impl Pattern {
             [path] if path.ends_with('/') => Pattern::Prefix((*path).to_owned()),
             [path] => Pattern::Exact((*path).to_owned()),
             [prefix, ""] => Pattern::Prefix((*prefix).to_owned()),
-            [prefix, suffix] => {
-                Pattern::Glob { prefix: (*prefix).to_owned(), suffix: (*suffix).to_owned() }
-            }
+            [prefix, suffix] => Pattern::Glob {
+                prefix: (*prefix).to_owned(),
+                suffix: (*suffix).to_owned(),
+            },
             _ => unreachable!("split yields one or two pieces here"),
         };
         parsed.check_lengths(pattern)?;
@@ -94,26 +99,40 @@ mod tests {
 
     #[test]
     fn parses_the_three_forms() {
-        assert_eq!(Pattern::parse("/etc/shadow"), Ok(Pattern::Exact("/etc/shadow".into())));
+        assert_eq!(
+            Pattern::parse("/etc/shadow"),
+            Ok(Pattern::Exact("/etc/shadow".into()))
+        );
         assert_eq!(Pattern::parse("/etc/"), Ok(Pattern::Prefix("/etc/".into())));
-        assert_eq!(Pattern::parse("/etc/**"), Ok(Pattern::Prefix("/etc/".into())));
+        assert_eq!(
+            Pattern::parse("/etc/**"),
+            Ok(Pattern::Prefix("/etc/".into()))
+        );
         assert_eq!(
             Pattern::parse("/proc/**/mem"),
-            Ok(Pattern::Glob { prefix: "/proc/".into(), suffix: "/mem".into() })
+            Ok(Pattern::Glob {
+                prefix: "/proc/".into(),
+                suffix: "/mem".into()
+            })
         );
     }
 
     #[test]
     fn rejects_bad_patterns_with_the_reason() {
-        assert_eq!(Pattern::parse("etc/x"), Err("\"etc/x\" is not an absolute path".into()));
+        assert_eq!(
+            Pattern::parse("etc/x"),
+            Err("\"etc/x\" is not an absolute path".into())
+        );
         assert_eq!(
             Pattern::parse("/a/**/b/**"),
             Err("\"/a/**/b/**\" has more than one \"**\"".into())
         );
         assert_eq!(
             Pattern::parse("/home/*/x"),
-            Err("\"/home/*/x\": only the \"**\" wildcard is supported (no \"*\", \"?\" or \"[\")"
-                .into())
+            Err(
+                "\"/home/*/x\": only the \"**\" wildcard is supported (no \"*\", \"?\" or \"[\")"
+                    .into()
+            )
         );
         assert_eq!(
             Pattern::parse("/a/../b"),

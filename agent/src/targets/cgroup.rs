@@ -26,8 +26,15 @@ pub enum CgroupError {
     },
 }
 
-fn io_error<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> CgroupError + use<'a> {
-    move |source| CgroupError::Io { action, path: path.to_owned(), source }
+fn io_error<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> CgroupError + use<'a> {
+    move |source| CgroupError::Io {
+        action,
+        path: path.to_owned(),
+        source,
+    }
 }
 
 /// Where a file system of type `fstype` is mounted (the first such mount).
@@ -62,18 +69,33 @@ impl Cgroup {
     /// Resolves `path`, absolute or relative to `root` (the cgroup2 mount).
     pub fn open(root: &Path, path: &str) -> Result<Self, CgroupError> {
         let relative = Path::new(path).strip_prefix("/").unwrap_or(Path::new(path));
-        let path = if Path::new(path).starts_with(root) { PathBuf::from(path) } else { root.join(relative) };
-        let below = path.strip_prefix(root).map_err(|_| CgroupError::Outside(path.clone(), root.to_owned()))?;
-        if below.components().any(|part| !matches!(part, Component::Normal(_))) {
+        let path = if Path::new(path).starts_with(root) {
+            PathBuf::from(path)
+        } else {
+            root.join(relative)
+        };
+        let below = path
+            .strip_prefix(root)
+            .map_err(|_| CgroupError::Outside(path.clone(), root.to_owned()))?;
+        if below
+            .components()
+            .any(|part| !matches!(part, Component::Normal(_)))
+        {
             return Err(CgroupError::Outside(path.clone(), root.to_owned()));
         }
         let metadata = match fs::metadata(&path) {
             Ok(metadata) if metadata.is_dir() => metadata,
             Ok(_) => return Err(CgroupError::Missing(path)),
-            Err(err) if err.kind() == io::ErrorKind::NotFound => return Err(CgroupError::Missing(path)),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                return Err(CgroupError::Missing(path));
+            }
             Err(err) => return Err(io_error("reading", &path)(err)),
         };
-        Ok(Self { id: metadata.ino(), level: below.components().count() as u32, path })
+        Ok(Self {
+            id: metadata.ino(),
+            level: below.components().count() as u32,
+            path,
+        })
     }
 
     /// Creates a new child cgroup of `parent` (which must exist).
@@ -131,15 +153,22 @@ mod tests {
 
     #[test]
     fn open_resolves_relative_and_absolute_paths_with_levels() {
-        let root = std::env::temp_dir().join(format!("palisade-cgroup-test-{}", std::process::id()));
+        let root =
+            std::env::temp_dir().join(format!("palisade-cgroup-test-{}", std::process::id()));
         fs::create_dir_all(root.join("a/b")).unwrap();
         let relative = Cgroup::open(&root, "a/b").unwrap();
         let absolute = Cgroup::open(&root, root.join("a/b").to_str().unwrap()).unwrap();
         assert_eq!(relative, absolute);
         assert_eq!(relative.level, 2);
         assert_eq!(Cgroup::open(&root, "/a").unwrap().level, 1);
-        assert!(matches!(Cgroup::open(&root, "a/missing"), Err(CgroupError::Missing(_))));
-        assert!(matches!(Cgroup::open(&root, "a/../.."), Err(CgroupError::Outside(..))));
+        assert!(matches!(
+            Cgroup::open(&root, "a/missing"),
+            Err(CgroupError::Missing(_))
+        ));
+        assert!(matches!(
+            Cgroup::open(&root, "a/../.."),
+            Err(CgroupError::Outside(..))
+        ));
         fs::remove_dir_all(&root).unwrap();
     }
 }

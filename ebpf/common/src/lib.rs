@@ -5,7 +5,10 @@
 
 include!(concat!(env!("OUT_DIR"), "/abi.rs"));
 
-const _: () = assert!(core::mem::size_of::<Path>() == 256, "LPM key data is at most 256 bytes");
+const _: () = assert!(
+    core::mem::size_of::<Path>() == 256,
+    "LPM key data is at most 256 bytes"
+);
 const _: () = assert!(core::mem::size_of::<PathVerdict>() == 40);
 const _: () = assert!(core::mem::size_of::<Event>() == 344);
 

@@ -26,10 +26,15 @@ fn loaded() -> MutexGuard<'static, Loaded> {
     static LOADED: OnceLock<Mutex<Loaded>> = OnceLock::new();
     LOADED
         .get_or_init(|| {
-            let mut enforcer = Enforcer::load().unwrap_or_else(|err| panic!("BPF LSM must work here: {err}"));
+            let mut enforcer =
+                Enforcer::load().unwrap_or_else(|err| panic!("BPF LSM must work here: {err}"));
             let events = enforcer.take_events().expect("the ring buffer");
             let decoder = Decoder::new(enforcer.registry());
-            Mutex::new(Loaded { enforcer, events, decoder })
+            Mutex::new(Loaded {
+                enforcer,
+                events,
+                decoder,
+            })
         })
         .lock()
         .unwrap_or_else(|poison| poison.into_inner())
@@ -37,7 +42,10 @@ fn loaded() -> MutexGuard<'static, Loaded> {
 
 /// A binary the VM image provides, named by an environment variable the init script sets.
 pub fn binary(variable: &str) -> PathBuf {
-    PathBuf::from(std::env::var_os(variable).unwrap_or_else(|| panic!("{variable} must be set (run in the VM harness)")))
+    PathBuf::from(
+        std::env::var_os(variable)
+            .unwrap_or_else(|| panic!("{variable} must be set (run in the VM harness)")),
+    )
 }
 
 /// Compiles a policy whose `spec.rules` is `rules` (YAML, indented by four spaces).
@@ -77,19 +85,27 @@ pub fn probe_command(cgroup: Option<&Cgroup>, args: &[&str]) -> Command {
     if let Some(cgroup) = cgroup {
         let procs = cgroup.procs_file();
         // SAFETY: join_in_child only makes async-signal-safe calls.
-        unsafe { std::os::unix::process::CommandExt::pre_exec(&mut command, move || join_in_child(&procs)) };
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                join_in_child(&procs)
+            })
+        };
     }
     command
 }
 
 /// Runs the probe to completion: `cgroup` None runs it outside every target.
 pub fn probe(cgroup: Option<&Cgroup>, args: &[&str]) -> Answer {
-    let out = probe_command(cgroup, args).output().expect("running the probe");
+    let out = probe_command(cgroup, args)
+        .output()
+        .expect("running the probe");
     answer(&out.stdout)
 }
 
 pub fn spawn_probe(cgroup: Option<&Cgroup>, args: &[&str]) -> Child {
-    probe_command(cgroup, args).spawn().expect("starting the probe")
+    probe_command(cgroup, args)
+        .spawn()
+        .expect("starting the probe")
 }
 
 /// One test's view of the kernel: exclusive use of the loaded programs, and the cgroups and
@@ -103,7 +119,10 @@ impl Kernel {
     pub fn new() -> Self {
         let mut loaded = loaded();
         while loaded.events.next().is_some() {} // leftovers of an earlier test
-        Self { loaded, cgroups: Vec::new() }
+        Self {
+            loaded,
+            cgroups: Vec::new(),
+        }
     }
 
     /// A fresh cgroup `name` below `parent` (or below the tests' own directory).
@@ -111,7 +130,9 @@ impl Kernel {
         let base = match parent {
             Some(parent) => parent.path.clone(),
             None => {
-                let base = cgroup2_root().expect("cgroup2 is mounted").join("palisade-tests");
+                let base = cgroup2_root()
+                    .expect("cgroup2 is mounted")
+                    .join("palisade-tests");
                 std::fs::create_dir_all(&base).expect("creating the tests' cgroup");
                 base
             }
@@ -126,12 +147,17 @@ impl Kernel {
     }
 
     pub fn apply(&mut self, cgroup: &Cgroup, policy: Arc<CompiledPolicy>) {
-        self.loaded.enforcer.apply(cgroup, policy).expect("applying the policy");
+        self.loaded
+            .enforcer
+            .apply(cgroup, policy)
+            .expect("applying the policy");
     }
 
     /// Audit events submitted since the last call.
     pub fn events(&mut self) -> Vec<AuditEvent> {
-        let Loaded { events, decoder, .. } = &mut *self.loaded;
+        let Loaded {
+            events, decoder, ..
+        } = &mut *self.loaded;
         let mut decoded = Vec::new();
         while let Some(record) = events.next() {
             decoded.push(decoder.decode(&record).expect("a decodable event"));

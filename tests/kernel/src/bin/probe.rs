@@ -3,7 +3,7 @@
 //!
 //! probe read|write|append PATH
 //! probe exec PATH [ARGS...]
-//! probe read-loop PATH COUNT   (prints `ok=N eperm=N other=N`)
+//! probe read-until PATH STOP   (reads until the file STOP exists; prints `ok=N eperm=N other=N`)
 
 use std::{
     fs::OpenOptions,
@@ -49,9 +49,9 @@ fn main() -> ExitCode {
     match args.as_slice() {
         [op @ ("read" | "write" | "append"), path] => report(open(op, path)),
         ["exec", path, rest @ ..] => report(Err(Command::new(path).args(rest).exec())),
-        ["read-loop", path, count] => {
+        ["read-until", path, stop] => {
             let (mut ok, mut eperm, mut other) = (0, 0, 0);
-            for _ in 0..count.parse::<u32>().expect("a count") {
+            while !std::path::Path::new(stop).exists() {
                 match open("read", path) {
                     Ok(()) => ok += 1,
                     Err(err) if err.raw_os_error() == Some(libc::EPERM) => eperm += 1,
@@ -62,7 +62,9 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         _ => {
-            eprintln!("usage: probe read|write|append PATH | exec PATH [ARGS...] | read-loop PATH COUNT");
+            eprintln!(
+                "usage: probe read|write|append PATH | exec PATH [ARGS...] | read-until PATH STOP"
+            );
             ExitCode::from(2)
         }
     }

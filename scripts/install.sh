@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what Palisade needs to build and test on a Debian 12 (bookworm) machine, as root.
+# Idempotent and quick when everything is already there.
+set -euo pipefail
+
+# clang builds the BPF programs (C, CO-RE) and give bindgen its libclang; libbpf-dev and
+# linux-libc-dev provide bpf_helpers.h and linux/bpf.h; binutils strips binaries for the VM image;
+# qemu, busybox and cpio are the VM kernel test harness.
+packages=(
+  clang-19 libclang1-19
+  libbpf-dev linux-libc-dev
+  binutils
+  qemu-system-x86 busybox-static cpio
+)
+
+backports=/etc/apt/sources.list.d/bookworm-backports.sources
+if [ ! -e "$backports" ]; then
+  # The second kernel of the test matrix (6.12) comes from bookworm-backports.
+  cat > "$backports" <<'SOURCES'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SOURCES
+fi
+
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ] || ! apt-cache madison linux-image-amd64 | grep -q bpo; then
+  apt-get update -q
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The toolchain pinned by rust-toolchain.toml.
+toolchain=$(sed -n 's/^channel = "\(.*\)"/\1/p' "$(dirname "$0")/../rust-toolchain.toml")
+rustup toolchain list | grep -q "^$toolchain" || rustup toolchain install "$toolchain" --profile minimal
+rustup component add --toolchain "$toolchain" rustfmt clippy >/dev/null 2>&1
