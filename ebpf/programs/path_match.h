@@ -71,9 +71,11 @@ static __always_inline long match_path(const struct palisade_target *target, str
 static __always_inline int check_path(struct file *file, struct path *f_path, __u32 hook,
 				      __u32 perms)
 {
+	if (!perms)
+		return 0;
 	__u64 target_cgroup_id = 0;
 	struct palisade_target *target = current_target(&target_cgroup_id);
-	if (!target || !perms)
+	if (!target)
 		return 0;
 	__u32 zero = 0;
 	struct scratch *s = bpf_map_lookup_elem(&scratch_space, &zero);

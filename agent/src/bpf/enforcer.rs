@@ -205,6 +205,7 @@ impl Enforcer {
             .insert(target.id, Target { policy_id, flags }, 0)
         {
             self.delete_entries(policy_id, &policy);
+            self.registry.retire(policy_id);
             return Err(err);
         }
         let new = Installed {

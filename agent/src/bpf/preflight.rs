@@ -4,8 +4,8 @@ use std::fs;
 
 use aya::{
     Btf,
-    programs::{LsmAttachType, ProgramType},
-    sys::is_program_supported,
+    programs::{LsmAttachType, ProgramError, ProgramType},
+    sys::{SyscallError, is_program_supported},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -20,15 +20,14 @@ pub enum LoadError {
     )]
     NoBtf(String),
     #[error(
-        "the kernel refused to {step} BPF LSM program `{program}` ({error}): \
+        "the kernel refused to {step} BPF LSM program `{program}` ({detail}): \
          BPF LSM programs cannot run on this kernel{hint}; `palisade doctor` shows what works here"
     )]
     Program {
         step: &'static str,
         program: String,
+        detail: String,
         hint: &'static str,
-        // Not a #[source]: its text already carries the OS error, once.
-        error: Box<aya::programs::ProgramError>,
     },
     #[error("cannot load the BPF object: {0}")]
     Object(#[from] aya::EbpfError),
@@ -44,18 +43,29 @@ pub enum LoadError {
 
 impl LoadError {
     /// Explains an error from loading or attaching a program.
-    pub(crate) fn program(
-        step: &'static str,
-        program: &str,
-        error: aya::programs::ProgramError,
-    ) -> Self {
-        let os_error = match &error {
-            aya::programs::ProgramError::LoadError { io_error, .. } => io_error.raw_os_error(),
-            aya::programs::ProgramError::SyscallError(error) => error.io_error.raw_os_error(),
-            _ => None,
+    pub(crate) fn program(step: &'static str, program: &str, error: ProgramError) -> Self {
+        let (detail, os_error) = match &error {
+            ProgramError::LoadError {
+                io_error,
+                verifier_log,
+            } => {
+                let log = verifier_log.to_string();
+                let detail = if log.trim().is_empty() {
+                    format!("BPF_PROG_LOAD: {io_error}")
+                } else {
+                    format!(
+                        "BPF_PROG_LOAD: {io_error}; verifier log:\n{}",
+                        log.trim_end()
+                    )
+                };
+                (detail, io_error.raw_os_error())
+            }
+            ProgramError::SyscallError(SyscallError { call, io_error }) => {
+                (format!("{call}: {io_error}"), io_error.raw_os_error())
+            }
+            other => (other.to_string(), None),
         };
-        let refused = os_error == Some(libc::EPERM);
-        let hint = if refused {
+        let hint = if os_error == Some(libc::EPERM) {
             " (EPERM: this kernel refuses BPF trampoline programs such as lsm and fentry, \
              e.g. under lockdown or without ftrace support)"
         } else {
@@ -64,8 +74,8 @@ impl LoadError {
         Self::Program {
             step,
             program: program.to_owned(),
+            detail,
             hint,
-            error: Box::new(error),
         }
     }
 }

@@ -464,3 +464,43 @@ fn doctor_reports_ready() {
     assert!(report.contains("bpf is active"), "{report}");
     assert!(report.contains("READY"), "{report}");
 }
+
+#[test]
+fn ring_buffer_overflow_is_counted_not_silent() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "flood");
+    let secret = file("/tmp/flood/secret");
+    let stop = "/tmp/flood/stop";
+    let _ = std::fs::remove_file(stop);
+    kernel.apply(&target, policy("flood", &format!(
+        "    files:\n      - paths: [{secret}]\n        permissions: [read]\n        action: deny\n"
+    )));
+    let before = kernel.enforcer().stats().unwrap();
+    // Nobody reads the ring buffer meanwhile: denials outrun its capacity.
+    let reader = spawn_probe(Some(&target), &["read-until", secret, stop]);
+    let started = Instant::now();
+    while kernel.enforcer().stats().unwrap().events_dropped == before.events_dropped {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "the ring buffer never filled"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::write(stop, "").unwrap();
+    let output = reader.wait_with_output().unwrap();
+    let counts = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let denied: u64 = counts
+        .split(' ')
+        .find_map(|part| part.strip_prefix("eperm="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let after = kernel.enforcer().stats().unwrap();
+    let received = kernel.events().len() as u64;
+    assert_eq!(after.events - before.events, received, "{counts}");
+    assert_eq!(
+        received + (after.events_dropped - before.events_dropped),
+        denied,
+        "every denial is an event or a counted drop"
+    );
+}

@@ -1,0 +1,108 @@
+//! The `palisade` binary as a person uses it on this machine.
+
+use std::process::Command;
+
+use aya::{
+    programs::{LsmAttachType, ProgramType},
+    sys::is_program_supported,
+};
+
+fn palisade(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn example(name: &str) -> String {
+    format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn policy_compile_prints_the_map_entries() {
+    let (code, out, _) = palisade(&["policy", "compile", &example("protect-secrets.yaml")]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with(
+            "policy \"protect-secrets\": 4 rules, 7 prefix entries, 1 suffix entries, 1 globs\n"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("path_prefixes \"/srv/secrets/\": read=deny(rule 1) write=deny(rule 1) append=deny(rule 1)\n"), "{out}");
+}
+
+#[test]
+fn policy_compile_rejects_a_broken_file_with_file_field_and_reason() {
+    let file =
+        std::env::temp_dir().join(format!("palisade-cli-broken-{}.yaml", std::process::id()));
+    std::fs::write(&file, "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata: {name: x}\nspec:\n  rules:\n    files:\n      - paths: [/a]\n        permissions: [red]\n        action: deny\n").unwrap();
+    let (code, out, err) = palisade(&["policy", "compile", file.to_str().unwrap()]);
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(code, 1);
+    assert!(out.is_empty());
+    assert_eq!(
+        err,
+        format!(
+            "palisade: error: {}: spec.rules.files[0].permissions[0]: unknown variant `red`, expected one of `read`, `write`, `append`, `exec` at line 8 column 23\n",
+            file.display()
+        )
+    );
+}
+
+/// On a kernel that refuses BPF LSM programs (this project's development machines), doctor and
+/// run must say so plainly and fail; where LSM programs load, they must work.
+#[test]
+fn doctor_and_run_report_whether_bpf_lsm_works() {
+    let lsm_loads = matches!(
+        is_program_supported(ProgramType::Lsm(LsmAttachType::Mac)),
+        Ok(true)
+    );
+    let (doctor_code, report, _) = palisade(&["doctor"]);
+    let (run_code, _, run_err) = palisade(&[
+        "run",
+        "--policy",
+        &example("protect-secrets.yaml"),
+        "--",
+        "true",
+    ]);
+    if lsm_loads {
+        assert_eq!(doctor_code, 0, "{report}");
+        assert!(report.contains("READY"), "{report}");
+        assert_eq!(run_code, 0, "{run_err}");
+    } else {
+        assert_eq!(doctor_code, 1, "{report}");
+        assert!(report.contains("\n  lsm                no ("), "{report}");
+        assert!(
+            report.contains(
+                "palisade programs  FAIL: the kernel refused to load BPF LSM program `file_open`"
+            ),
+            "{report}"
+        );
+        assert!(report.contains("NOT READY"), "{report}");
+        assert_eq!(run_code, 1);
+        let error = run_err
+            .lines()
+            .find(|line| line.starts_with("palisade: error: "))
+            .expect("an error line");
+        assert!(
+            error.starts_with(
+                "palisade: error: cannot enforce the policy: the kernel refused to load BPF LSM \
+                 program `file_open` (BPF_PROG_LOAD: Operation not permitted (os error 1))"
+            ),
+            "{run_err}"
+        );
+        assert!(
+            run_err.contains("BPF LSM programs cannot run on this kernel"),
+            "{run_err}"
+        );
+        assert!(
+            !run_err.contains("panicked") && !run_err.contains("backtrace"),
+            "{run_err}"
+        );
+    }
+}
