@@ -37,6 +37,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The toolchain pinned by rust-toolchain.toml.
+command -v rustup >/dev/null || { echo "install.sh: rustup is needed to install the pinned Rust toolchain" >&2; exit 1; }
 toolchain=$(sed -n 's/^channel = "\(.*\)"/\1/p' "$(dirname "$0")/../rust-toolchain.toml")
 rustup toolchain list | grep -q "^$toolchain" || rustup toolchain install "$toolchain" --profile minimal
 rustup component add --toolchain "$toolchain" rustfmt clippy >/dev/null 2>&1

@@ -91,7 +91,7 @@ fn doctor_and_run_report_whether_bpf_lsm_works() {
             .expect("an error line");
         assert!(
             error.starts_with(
-                "palisade: error: cannot enforce the policy: the kernel refused to load BPF LSM \
+                "palisade: error: cannot enforce: the kernel refused to load BPF LSM \
                  program `file_open` (BPF_PROG_LOAD: Operation not permitted (os error 1))"
             ),
             "{run_err}"

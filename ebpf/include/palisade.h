@@ -21,7 +21,8 @@ typedef uint64_t __u64;
 #define PALISADE_EVENT_PATH_LEN 256
 /* Glob rules ("PREFIX**SUFFIX") one policy may hold: one bit each in a u64 mask. */
 #define PALISADE_MAX_GLOBS 64
-/* Deepest cgroup level a target may sit at (bits of palisade_config.target_levels). */
+/* Deepest cgroup level a target may sit at (bits of palisade_config.target_levels; the root
+ * cgroup is level 0). */
 #define PALISADE_MAX_LEVEL 63
 
 /* Permissions, one bit each; PALISADE_PERM_INDEX_* index per-permission arrays. */
@@ -40,9 +41,6 @@ typedef uint64_t __u64;
 #define PALISADE_HOOK_FILE_OPEN 1
 #define PALISADE_HOOK_BPRM_CHECK 2
 
-/* Target flags. */
-#define PALISADE_TARGET_HAS_GLOBS (1u << 0)
-
 /* Indices of the per-CPU statistics array. */
 #define PALISADE_STAT_EVENTS 0         /* events submitted to the ring buffer */
 #define PALISADE_STAT_EVENTS_DROPPED 1 /* ring buffer full: event lost */
@@ -52,19 +50,18 @@ typedef uint64_t __u64;
 /* Value of the `targets` hash map, keyed by cgroup v2 id (u64). */
 struct palisade_target {
 	__u32 policy_id;
-	__u32 flags;
 };
 
 /* The data of a key of the `path_prefixes` and `path_suffixes` LPM tries (suffix keys hold the
  * reversed path). */
-struct palisade_path {
+struct palisade_trie_path {
 	__u32 policy_id;
 	__u8 path[PALISADE_KEY_PATH_LEN];
 };
 
-struct palisade_path_key {
+struct palisade_trie_key {
 	__u32 prefixlen; /* in bits, counting policy_id */
-	struct palisade_path data;
+	struct palisade_trie_path data;
 };
 
 /*
@@ -102,15 +99,15 @@ struct palisade_event {
 	__u64 target_cgroup_id;
 	__u64 ino;
 	__u32 dev; /* kernel encoding: major << 20 | minor */
-	__u32 pid;
-	__u32 tgid;
+	__u32 pid; /* process (thread group) id */
+	__u32 tid; /* thread id */
 	__u32 uid;
 	__u32 hook;
 	__u32 action;
 	__u32 perms;
 	__u32 rule_id;
 	__u32 policy_id;
-	__s32 error; /* the errno returned to the caller, 0 if allowed */
+	__s32 error; /* what the hook returned: -EPERM if denied, 0 if allowed */
 	__u8 comm[16];
 	__u8 path[PALISADE_EVENT_PATH_LEN];
 };

@@ -25,7 +25,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, 262144);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct palisade_path_key);
+	__type(key, struct palisade_trie_key);
 	__type(value, struct palisade_path_verdict);
 } path_prefixes SEC(".maps");
 
@@ -33,7 +33,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, 65536);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct palisade_path_key);
+	__type(key, struct palisade_trie_key);
 	__type(value, struct palisade_path_verdict);
 } path_suffixes SEC(".maps");
 
@@ -78,7 +78,7 @@ struct {
 /* Per-CPU working memory: too large for the 512-byte BPF stack. */
 struct scratch {
 	char path[PATH_BUF_LEN];
-	struct palisade_path_key key;
+	struct palisade_trie_key key;
 };
 
 struct {
@@ -110,7 +110,7 @@ static __always_inline struct palisade_target *current_target(__u64 *target_cgro
 		return NULL;
 	__u64 levels = cfg->target_levels;
 	struct palisade_target *found = NULL;
-	for (__u32 level = 1; level <= PALISADE_MAX_LEVEL; level++) {
+	for (__u32 level = 0; level <= PALISADE_MAX_LEVEL; level++) {
 		if (!(levels >> level))
 			break; /* no target this deep */
 		if (!((levels >> level) & 1))
@@ -159,8 +159,8 @@ static __always_inline void emit_event(const struct scratch *s, struct file *fil
 	e->target_cgroup_id = target_cgroup_id;
 	e->ino = BPF_CORE_READ(inode, i_ino);
 	e->dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	e->pid = (__u32)pid_tgid;
-	e->tgid = pid_tgid >> 32;
+	e->pid = pid_tgid >> 32;
+	e->tid = (__u32)pid_tgid;
 	e->uid = (__u32)bpf_get_current_uid_gid();
 	e->hook = hook;
 	e->action = d->action;

@@ -7,6 +7,5 @@ int BPF_PROG(bprm_check_security, struct linux_binprm *bprm, int ret)
 {
 	if (ret)
 		return ret;
-	struct file *file = bprm->file;
-	return check_path(file, &file->f_path, PALISADE_HOOK_BPRM_CHECK, PALISADE_PERM_EXEC);
+	return check_path(bprm->file, PALISADE_HOOK_BPRM_CHECK, PALISADE_PERM_EXEC);
 }

@@ -21,5 +21,5 @@ int BPF_PROG(file_open, struct file *file, int ret)
 {
 	if (ret)
 		return ret;
-	return check_path(file, &file->f_path, PALISADE_HOOK_FILE_OPEN, open_perms(file));
+	return check_path(file, PALISADE_HOOK_FILE_OPEN, open_perms(file));
 }

@@ -13,7 +13,7 @@ static __always_inline void match_globs(const struct palisade_target *target, st
 					__u32 chars, __u64 candidates, __u32 perms,
 					struct decision *d)
 {
-	struct palisade_path_key *key = &s->key;
+	struct palisade_trie_key *key = &s->key;
 	__u32 n = chars > PALISADE_KEY_PATH_LEN ? PALISADE_KEY_PATH_LEN : chars;
 	for (__u32 i = 0; i < PALISADE_KEY_PATH_LEN; i++) {
 		if (i >= n)
@@ -50,7 +50,7 @@ static __always_inline long match_path(const struct palisade_target *target, str
 		stat_inc(PALISADE_STAT_PATH_ERRORS);
 		return len <= 0 ? len : -1;
 	}
-	struct palisade_path_key *key = &s->key;
+	struct palisade_trie_key *key = &s->key;
 	__u32 n = len > PALISADE_KEY_PATH_LEN ? PALISADE_KEY_PATH_LEN : len;
 	key->data.policy_id = target->policy_id;
 	key->prefixlen = 32 + n * 8;
@@ -62,14 +62,14 @@ static __always_inline long match_path(const struct palisade_target *target, str
 		if (perms & (1u << i))
 			consider(d, prefix->action[i], prefix->rule_id[i]);
 	}
-	if ((target->flags & PALISADE_TARGET_HAS_GLOBS) && prefix->glob_mask)
+	/* A non-empty mask means this policy has globs starting with a prefix of the path. */
+	if (prefix->glob_mask)
 		match_globs(target, s, len - 1, prefix->glob_mask, perms, d);
 	return len;
 }
 
 /* The common body of every path hook: find the target, match, report, decide. */
-static __always_inline int check_path(struct file *file, struct path *f_path, __u32 hook,
-				      __u32 perms)
+static __always_inline int check_path(struct file *file, __u32 hook, __u32 perms)
 {
 	if (!perms)
 		return 0;
@@ -82,7 +82,7 @@ static __always_inline int check_path(struct file *file, struct path *f_path, __
 	if (!s)
 		return 0;
 	struct decision d = {};
-	if (match_path(target, s, f_path, perms, &d) < 0 || d.action == PALISADE_ACTION_NONE)
+	if (match_path(target, s, &file->f_path, perms, &d) < 0 || d.action == PALISADE_ACTION_NONE)
 		return 0;
 	__s32 error = d.action == PALISADE_ACTION_DENY ? -EPERM : 0;
 	emit_event(s, file, hook, perms, &d, target, target_cgroup_id, error);

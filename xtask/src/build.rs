@@ -15,7 +15,8 @@ pub struct Binaries {
     pub kernel_tests: PathBuf,
 }
 
-fn cargo_executables(args: &[&str]) -> anyhow::Result<Vec<(String, PathBuf)>> {
+/// (target name, whether it is a test harness, path) of each executable cargo built.
+fn cargo_executables(args: &[&str]) -> anyhow::Result<Vec<(String, bool, PathBuf)>> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args(args)
@@ -27,11 +28,12 @@ fn cargo_executables(args: &[&str]) -> anyhow::Result<Vec<(String, PathBuf)>> {
     let mut found = Vec::new();
     for line in String::from_utf8(out.stdout)?.lines() {
         let message: serde_json::Value = serde_json::from_str(line)?;
+        let test = message["profile"]["test"].as_bool() == Some(true);
         if let (Some(name), Some(path)) = (
             message["target"]["name"].as_str(),
             message["executable"].as_str(),
         ) {
-            found.push((name.to_owned(), PathBuf::from(path)));
+            found.push((name.to_owned(), test, PathBuf::from(path)));
         }
     }
     Ok(found)
@@ -52,17 +54,17 @@ pub fn binaries() -> anyhow::Result<Binaries> {
         "palisade-kernel-tests",
         "--no-run",
     ])?);
-    let find = |name: &str| {
+    let find = |name: &str, test: bool| {
         built
             .iter()
-            .find(|(built, _)| built == name)
-            .map(|(_, path)| path.clone())
+            .find(|(built, is_test, _)| built == name && *is_test == test)
+            .map(|(_, _, path)| path.clone())
             .with_context(|| format!("cargo built no `{name}`"))
     };
     Ok(Binaries {
-        palisade: find("palisade")?,
-        probe: find("probe")?,
-        kernel_tests: find("enforcement")?,
+        palisade: find("palisade", false)?,
+        probe: find("probe", false)?,
+        kernel_tests: find("enforcement", true)?,
     })
 }
 

@@ -15,9 +15,11 @@ use aya::{
     programs::Lsm,
 };
 use palisade_common::{
-    Config, GlobKey, GlobRule, KEY_PATH_LEN, Path, PathVerdict, STAT_EVENTS, STAT_EVENTS_DROPPED,
-    STAT_PATH_ERRORS, TARGET_HAS_GLOBS, Target,
+    Config, GlobKey, GlobRule, KEY_PATH_LEN, PathVerdict, STAT_EVENTS, STAT_EVENTS_DROPPED,
+    STAT_PATH_ERRORS, Target, TriePath,
 };
+
+use tracing::warn;
 
 use super::{LoadError, OBJECT, PROGRAMS, Preflight};
 use crate::{
@@ -93,8 +95,8 @@ pub struct Enforcer {
     _ebpf: Ebpf,
     config: Array<MapData, Config>,
     targets: BpfHashMap<MapData, u64, Target>,
-    prefixes: LpmTrie<MapData, Path, PathVerdict>,
-    suffixes: LpmTrie<MapData, Path, PathVerdict>,
+    prefixes: LpmTrie<MapData, TriePath, PathVerdict>,
+    suffixes: LpmTrie<MapData, TriePath, PathVerdict>,
     globs: BpfHashMap<MapData, GlobKey, GlobRule>,
     stats: PerCpuArray<MapData, u64>,
     sync_barrier: ArrayOfMaps<MapData>,
@@ -115,8 +117,8 @@ where
         .ok_or(LoadError::Map(name))
 }
 
-fn trie_key(policy_id: u32, bytes: &[u8]) -> Key<Path> {
-    let mut path = Path {
+fn trie_key(policy_id: u32, bytes: &[u8]) -> Key<TriePath> {
+    let mut path = TriePath {
         policy_id,
         path: [0; KEY_PATH_LEN as usize],
     };
@@ -135,7 +137,7 @@ impl Enforcer {
             let program: &mut Lsm = ebpf
                 .program_mut(name)
                 .and_then(|program| program.try_into().ok())
-                .ok_or(LoadError::Map(name))?;
+                .ok_or(LoadError::MissingProgram(name))?;
             program
                 .load(hook, &btf)
                 .map_err(|err| LoadError::program("load", name, err))?;
@@ -181,29 +183,33 @@ impl Enforcer {
     }
 
     /// Installs `policy` on `target`, replacing the policy it had, atomically: the kernel sees
-    /// the old policy or the new one, never a mix or nothing. On error nothing changes.
+    /// the old policy or the new one, never a mix or nothing. An error means nothing changed.
     pub fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError> {
         let policy_id = self.allocate_policy_id();
         if let Err(err) = self.write_entries(policy_id, &policy) {
             self.delete_entries(policy_id, &policy);
             return Err(err);
         }
-        self.registry.insert(
-            policy_id,
-            Arc::new(InstalledPolicy {
-                policy: policy.clone(),
-                target: target.clone(),
-            }),
-        );
-        let flags = if policy.globs.is_empty() {
-            0
-        } else {
-            TARGET_HAS_GLOBS
+        let installed = InstalledPolicy {
+            policy: policy.clone(),
+            target: target.clone(),
         };
-        if let Err(err) = self
+        self.registry.insert(policy_id, Arc::new(installed));
+        let switched = self
             .targets
-            .insert(target.id, Target { policy_id, flags }, 0)
-        {
+            .insert(target.id, Target { policy_id }, 0)
+            .and_then(|()| {
+                if self.installed.contains_key(&target.id) {
+                    return Ok(());
+                }
+                // A new target: its level must be probed, or the entry above is never found.
+                self.targets_per_level[target.level as usize] += 1;
+                self.publish_levels().inspect_err(|_| {
+                    self.targets_per_level[target.level as usize] -= 1;
+                    let _ = self.targets.remove(&target.id);
+                })
+            });
+        if let Err(err) = switched {
             self.delete_entries(policy_id, &policy);
             self.registry.retire(policy_id);
             return Err(err);
@@ -213,17 +219,14 @@ impl Enforcer {
             policy,
             level: target.level,
         };
-        match self.installed.insert(target.id, new) {
-            Some(old) => self.retire(old)?,
-            None => {
-                self.targets_per_level[target.level as usize] += 1;
-                self.publish_levels()?;
-            }
+        if let Some(old) = self.installed.insert(target.id, new) {
+            self.retire(old);
         }
         Ok(())
     }
 
-    /// Stops enforcing on the cgroup `target_id`. Returns whether it had a policy.
+    /// Stops enforcing on the cgroup `target_id`. Returns whether it had a policy; an error
+    /// means it still has it.
     pub fn remove(&mut self, target_id: u64) -> Result<bool, MapError> {
         if !self.installed.contains_key(&target_id) {
             return Ok(false);
@@ -231,8 +234,11 @@ impl Enforcer {
         self.targets.remove(&target_id)?;
         let old = self.installed.remove(&target_id).expect("checked above");
         self.targets_per_level[old.level as usize] -= 1;
-        self.publish_levels()?;
-        self.retire(old)?;
+        if let Err(err) = self.publish_levels() {
+            // Harmless: one more level probed for nothing.
+            warn!("updating the probed cgroup levels: {err}");
+        }
+        self.retire(old);
         Ok(true)
     }
 
@@ -262,12 +268,17 @@ impl Enforcer {
         self.config.set(0, Config { target_levels }, 0)
     }
 
-    /// Deletes a policy's entries once no program can still be using them.
-    fn retire(&mut self, old: Installed) -> Result<(), MapError> {
-        self.wait_for_running_programs()?;
-        self.delete_entries(old.policy_id, &old.policy);
+    /// Deletes a policy's entries once no program can still be using them. The policy is no
+    /// longer reachable: a failure here only leaves unused entries behind, so it is logged.
+    fn retire(&mut self, old: Installed) {
+        match self.wait_for_running_programs() {
+            Ok(()) => self.delete_entries(old.policy_id, &old.policy),
+            Err(err) => warn!(
+                policy_id = old.policy_id,
+                "entries of a replaced policy left in the maps: {err}"
+            ),
+        }
         self.registry.retire(old.policy_id);
-        Ok(())
     }
 
     /// Returns once every BPF program that was running has finished (see `sync_barrier`).

@@ -5,7 +5,7 @@ mod enforcer;
 mod preflight;
 
 pub use enforcer::{Enforcer, InstalledPolicy, PolicyRegistry, Stats};
-pub use preflight::{LoadError, LsmList, Preflight};
+pub use preflight::{KERNEL_BTF, LoadError, LsmList, Preflight};
 
 /// The BPF object built from ebpf/programs by build.rs.
 pub(crate) static OBJECT: &[u8] =

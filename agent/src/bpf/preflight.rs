@@ -2,11 +2,7 @@
 
 use std::fs;
 
-use aya::{
-    Btf,
-    programs::{LsmAttachType, ProgramError, ProgramType},
-    sys::{SyscallError, is_program_supported},
-};
+use aya::{programs::ProgramError, sys::SyscallError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -33,6 +29,12 @@ pub enum LoadError {
     Object(#[from] aya::EbpfError),
     #[error("BPF map `{0}` is missing from the object or has the wrong type")]
     Map(&'static str),
+    #[error("BPF program `{0}` is missing from the object or is not an LSM program")]
+    MissingProgram(&'static str),
+    #[error(
+        "loading BPF programs needs root (CAP_BPF, CAP_SYS_ADMIN and CAP_PERFMON); run as root"
+    )]
+    NotRoot,
     #[error("cannot set up BPF map `{name}`: {source}")]
     MapSetup {
         name: &'static str,
@@ -97,10 +99,12 @@ impl LsmList {
 #[derive(Debug)]
 pub struct Preflight {
     pub kernel: String,
+    pub root: bool,
     pub lsm_list: Option<LsmList>,
-    pub btf: Result<(), String>,
-    pub lsm_programs: Result<bool, String>,
+    pub btf: bool,
 }
+
+pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
 
 impl Preflight {
     pub fn run() -> Self {
@@ -123,27 +127,21 @@ impl Preflight {
                     source: "the kernel command line",
                 })
             });
-        let btf = Btf::from_sys_fs().map(drop).map_err(|err| err.to_string());
-        let lsm_programs =
-            is_program_supported(ProgramType::Lsm(LsmAttachType::Mac)).map_err(|err| {
-                format!(
-                    "{err}: {}",
-                    std::error::Error::source(&err)
-                        .map(ToString::to_string)
-                        .unwrap_or_default()
-                )
-            });
         Self {
             kernel,
+            // SAFETY: geteuid cannot fail.
+            root: unsafe { libc::geteuid() } == 0,
             lsm_list,
-            btf,
-            lsm_programs,
+            btf: std::path::Path::new(KERNEL_BTF).exists(),
         }
     }
 
     /// The first check that rules BPF LSM out, if any. An unreadable LSM list (securityfs not
     /// mounted, no `lsm=`) is not fatal: loading the programs is the real test.
     pub fn check(&self) -> Result<(), LoadError> {
+        if !self.root {
+            return Err(LoadError::NotRoot);
+        }
         if let Some(lsm) = &self.lsm_list
             && !lsm.has_bpf()
         {
@@ -151,6 +149,9 @@ impl Preflight {
                 active: lsm.list.clone(),
             });
         }
-        self.btf.clone().map_err(LoadError::NoBtf)
+        if !self.btf {
+            return Err(LoadError::NoBtf(format!("{KERNEL_BTF} does not exist")));
+        }
+        Ok(())
     }
 }

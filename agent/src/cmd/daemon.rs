@@ -3,11 +3,10 @@
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
-    sync::{Arc, atomic::Ordering},
+    sync::Arc,
     time::Duration,
 };
 
-use anyhow::Context;
 use aya::maps::MapError;
 use notify::Watcher;
 use tokio::{
@@ -16,12 +15,14 @@ use tokio::{
 };
 use tracing::{error, info, warn};
 
+use super::session::Session;
 use crate::{
-    bpf::{Enforcer, Stats},
-    events::{Decoder, EventReader},
+    bpf::Enforcer,
     policy::{CompiledPolicy, PolicyError, Target},
-    targets::{Cgroup, cgroup2_root},
+    targets::{Cgroup, Hierarchy},
 };
+
+const RESYNC_INTERVAL: Duration = Duration::from_secs(2);
 
 pub struct AgentArgs {
     pub policy_dir: PathBuf,
@@ -55,8 +56,10 @@ struct Enforced {
 /// The policy files of a directory and what of them is enforced.
 pub struct PolicyDir {
     dir: PathBuf,
-    cgroup_root: PathBuf,
+    cgroups: Hierarchy,
     enforced: HashMap<PathBuf, Enforced>,
+    /// The last error of each file, so that a lasting problem is reported once.
+    reported: HashMap<PathBuf, String>,
 }
 
 fn is_policy_file(path: &Path) -> bool {
@@ -67,11 +70,12 @@ fn is_policy_file(path: &Path) -> bool {
 }
 
 impl PolicyDir {
-    pub fn new(dir: PathBuf, cgroup_root: PathBuf) -> Self {
+    pub fn new(dir: PathBuf, cgroups: Hierarchy) -> Self {
         Self {
             dir,
-            cgroup_root,
+            cgroups,
             enforced: HashMap::new(),
+            reported: HashMap::new(),
         }
     }
 
@@ -85,52 +89,73 @@ impl PolicyDir {
                 "required by the agent",
             ));
         };
-        let cgroup = Cgroup::open(&self.cgroup_root, cgroup_path)
+        let cgroup = self
+            .cgroups
+            .open(cgroup_path)
             .map_err(|err| PolicyError::new(file, "spec.target.cgroupPath", err.to_string()))?;
         Ok((compiled, cgroup))
     }
 
-    /// Brings the kernel in line with the directory. A file that cannot be used is reported and
-    /// its previous version, if any, stays enforced. Returns the errors, one line each.
+    /// Brings the kernel in line with the directory: new and changed files, removed files, and
+    /// targets that appeared or were recreated since. A file that cannot be used is reported and
+    /// its previous version, if any, stays enforced. Returns the errors not reported before.
     pub fn reconcile(&mut self, enforcer: &mut impl Enforce) -> Vec<String> {
-        let mut errors = Vec::new();
-        let mut files: Vec<PathBuf> = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries
-                .filter_map(|entry| Some(entry.ok()?.path()))
-                .filter(|p| is_policy_file(p))
-                .collect(),
-            Err(err) => {
-                errors.push(format!(
-                    "{}: cannot list: {err}; keeping every policy as it is",
-                    self.dir.display()
-                ));
-                return errors;
-            }
-        };
-        files.sort();
-        for file in &files {
-            let text = match std::fs::read_to_string(file) {
-                Ok(text) => text,
-                Err(err) => {
-                    errors.push(format!(
-                        "{}: cannot read: {err}{}",
-                        file.display(),
-                        self.kept(file)
-                    ));
-                    continue;
+        let mut errors = HashMap::new();
+        match std::fs::read_dir(&self.dir) {
+            Ok(entries) => {
+                let mut files: Vec<PathBuf> = entries
+                    .filter_map(|entry| Some(entry.ok()?.path()))
+                    .filter(|path| is_policy_file(path))
+                    .collect();
+                files.sort();
+                for file in &files {
+                    if let Err(err) = self.sync_file(enforcer, file) {
+                        errors.insert(file.clone(), format!("{err}{}", self.kept(file)));
+                    }
                 }
-            };
-            if self
-                .enforced
-                .get(file)
-                .is_some_and(|enforced| enforced.text == text)
-            {
-                continue;
+                self.drop_removed(enforcer, &files, &mut errors);
             }
-            if let Err(err) = self.enforce(enforcer, file, text) {
-                errors.push(format!("{err}{}", self.kept(file)));
+            Err(err) => {
+                let reason = format!("cannot list: {err}; keeping every policy as it is");
+                errors.insert(
+                    self.dir.clone(),
+                    format!("{}: {reason}", self.dir.display()),
+                );
             }
         }
+        let mut new_errors: Vec<String> = errors
+            .iter()
+            .filter(|(file, error)| self.reported.get(*file) != Some(error))
+            .map(|(_, error)| error.clone())
+            .collect();
+        new_errors.sort();
+        self.reported = errors;
+        new_errors
+    }
+
+    fn sync_file(&mut self, enforcer: &mut impl Enforce, file: &Path) -> Result<(), PolicyError> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|err| PolicyError::new(file, "(file)", format!("cannot read: {err}")))?;
+        let up_to_date = self.enforced.get(file).is_some_and(|enforced| {
+            enforced.text == text
+                && self
+                    .cgroups
+                    .open(&enforced.target.path.to_string_lossy())
+                    .is_ok_and(|now| now.id == enforced.target.id)
+        });
+        if up_to_date {
+            Ok(())
+        } else {
+            self.enforce(enforcer, file, text)
+        }
+    }
+
+    fn drop_removed(
+        &mut self,
+        enforcer: &mut impl Enforce,
+        files: &[PathBuf],
+        errors: &mut HashMap<PathBuf, String>,
+    ) {
         let removed: Vec<PathBuf> = self
             .enforced
             .keys()
@@ -144,10 +169,14 @@ impl PolicyDir {
                     info!(policy = %enforced.name, file = %file.display(), "policy file removed: no longer enforced");
                     self.enforced.remove(&file);
                 }
-                Err(err) => errors.push(format!("{}: removing the policy: {err}", file.display())),
+                Err(err) => {
+                    errors.insert(
+                        file.clone(),
+                        format!("{}: removing the policy: {err}", file.display()),
+                    );
+                }
             }
         }
-        errors
     }
 
     fn kept(&self, file: &Path) -> &'static str {
@@ -215,17 +244,6 @@ impl PolicyDir {
     }
 }
 
-fn report_drops(previous: &mut Stats, now: Stats) {
-    if now.events_dropped > previous.events_dropped {
-        warn!(
-            dropped = now.events_dropped - previous.events_dropped,
-            total = now.events_dropped,
-            "audit events dropped in the kernel: the ring buffer was full"
-        );
-    }
-    *previous = now;
-}
-
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let dir = &args.policy_dir;
     anyhow::ensure!(
@@ -233,13 +251,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         "the policy directory {} does not exist",
         dir.display()
     );
-    let mut enforcer = Enforcer::load().context("cannot enforce policies")?;
-    let ring = enforcer
-        .take_events()
-        .context("the event ring buffer is missing")?;
-    let mut reader = EventReader::new(ring, Decoder::new(enforcer.registry()))?;
-    let sink_stats = reader.stats();
-    let mut sink = super::event_sink(args.events.as_deref(), Box::new(std::io::stdout()))?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut session = Session::start(args.events.as_deref(), Box::new(std::io::stdout()))?;
 
     // Watch before the first read, so that no change can slip in between.
     let (changed_tx, mut changed) = mpsc::channel::<()>(1);
@@ -247,39 +261,39 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         let _ = changed_tx.try_send(());
     })?;
     watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
-    let mut policies = PolicyDir::new(dir.clone(), cgroup2_root()?);
-    for err in policies.reconcile(&mut enforcer) {
+    let mut policies = PolicyDir::new(dir.clone(), Hierarchy::find()?);
+    for err in policies.reconcile(&mut session.enforcer) {
         error!("{err}");
     }
     info!(dir = %dir.display(), "agent ready: watching for policy changes");
 
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut stats_tick = tokio::time::interval(Duration::from_secs(10));
-    let mut last_stats = Stats::default();
+    // Targets come and go without the directory changing: look again now and then.
+    let mut resync = tokio::time::interval(RESYNC_INTERVAL);
+    let mut losses = tokio::time::interval(Duration::from_secs(10));
     loop {
         tokio::select! {
             Some(()) = changed.recv() => {
                 // Editors write in several steps: let a burst of changes settle first.
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 while changed.try_recv().is_ok() {}
-                for err in policies.reconcile(&mut enforcer) {
+                for err in policies.reconcile(&mut session.enforcer) {
                     error!("{err}");
                 }
             }
-            ready = reader.ready() => { ready?; reader.drain(&mut sink); }
-            _ = stats_tick.tick() => report_drops(&mut last_stats, enforcer.stats()?),
+            _ = resync.tick() => {
+                for err in policies.reconcile(&mut session.enforcer) {
+                    error!("{err}");
+                }
+            }
+            ready = session.events_ready() => { ready?; session.pump(); }
+            _ = losses.tick() => session.report_losses(),
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
         }
     }
-    reader.drain(&mut sink);
-    report_drops(&mut last_stats, enforcer.stats()?);
-    let write_errors = sink_stats.write_errors.load(Ordering::Relaxed);
-    if write_errors > 0 {
-        warn!(write_errors, "audit events could not be written");
-    }
-    policies.clear(&mut enforcer);
+    session.pump_all();
+    session.report_losses();
+    policies.clear(&mut session.enforcer);
     info!("agent stopped: policies removed");
     Ok(())
 }
@@ -323,7 +337,8 @@ mod tests {
             std::fs::create_dir_all(base.join("policies")).unwrap();
             std::fs::create_dir_all(base.join("cgroup/app")).unwrap();
             std::fs::create_dir_all(base.join("cgroup/other")).unwrap();
-            let policies = PolicyDir::new(base.join("policies"), base.join("cgroup"));
+            let cgroups = Hierarchy::at(base.join("cgroup"), Path::new("/"));
+            let policies = PolicyDir::new(base.join("policies"), cgroups);
             Self {
                 base,
                 policies,
@@ -348,7 +363,7 @@ mod tests {
         }
 
         fn id(&self, cgroup: &str) -> u64 {
-            Cgroup::open(&self.base.join("cgroup"), cgroup).unwrap().id
+            self.policies.cgroups.open(cgroup).unwrap().id
         }
 
         fn enforced(&self, cgroup: &str) -> Option<&str> {
@@ -414,6 +429,26 @@ mod tests {
             ]
         );
         assert_eq!(setup.enforced("app"), Some("a"));
+    }
+
+    #[test]
+    fn a_target_created_later_is_enforced_and_errors_are_reported_once() {
+        let mut setup = Setup::new("later");
+        setup.write("late.yaml", "late", "late");
+        let missing = [
+            "/policies/late.yaml: spec.target.cgroupPath: cgroup /cgroup/late does not exist; not enforced",
+        ];
+        assert_eq!(setup.reconcile(), missing);
+        assert!(
+            setup.reconcile().is_empty(),
+            "a lasting error is reported once"
+        );
+        std::fs::create_dir(setup.base.join("cgroup/late")).unwrap();
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.enforced("late"), Some("late"));
+        std::fs::remove_dir(setup.base.join("cgroup/late")).unwrap();
+        std::fs::write(setup.base.join("policies/late.yaml"), "kind: [").unwrap();
+        assert_eq!(setup.reconcile().len(), 1);
     }
 
     #[test]

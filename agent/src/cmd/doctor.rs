@@ -8,14 +8,22 @@ use aya::{
 };
 
 use crate::{
-    bpf::{Enforcer, Preflight},
-    targets::{cgroup2_root, mount_point},
+    bpf::{Enforcer, KERNEL_BTF, Preflight},
+    targets::{Hierarchy, find_mount},
 };
 
 /// Prints the report; returns whether Palisade can enforce here.
 pub fn run(out: &mut impl Write) -> std::io::Result<bool> {
     let preflight = Preflight::run();
     writeln!(out, "kernel           {}", preflight.kernel)?;
+    if preflight.root {
+        writeln!(out, "user             root: ok")?;
+    } else {
+        writeln!(
+            out,
+            "user             FAIL: not root; loading BPF LSM programs needs root"
+        )?;
+    }
     match &preflight.lsm_list {
         Some(lsm) if lsm.has_bpf() => writeln!(
             out,
@@ -32,16 +40,24 @@ pub fn run(out: &mut impl Write) -> std::io::Result<bool> {
             "lsm list         unknown: securityfs is not mounted and there is no lsm= boot option"
         )?,
     }
-    match &preflight.btf {
-        Ok(()) => writeln!(out, "kernel BTF       /sys/kernel/btf/vmlinux: ok")?,
-        Err(err) => writeln!(out, "kernel BTF       FAIL: {err}")?,
+    if preflight.btf {
+        writeln!(out, "kernel BTF       {KERNEL_BTF}: ok")?;
+    } else {
+        writeln!(
+            out,
+            "kernel BTF       FAIL: {KERNEL_BTF} does not exist (CONFIG_DEBUG_INFO_BTF=y is needed)"
+        )?;
     }
-    match cgroup2_root() {
-        Ok(root) => writeln!(out, "cgroup v2        mounted at {}: ok", root.display())?,
+    match Hierarchy::find() {
+        Ok(cgroup2) => writeln!(
+            out,
+            "cgroup v2        mounted at {}: ok",
+            cgroup2.mount.display()
+        )?,
         Err(err) => writeln!(out, "cgroup v2        FAIL: {err}")?,
     }
-    match mount_point("bpf") {
-        Some(path) => writeln!(out, "bpffs            mounted at {}", path.display())?,
+    match find_mount("bpf") {
+        Some(mount) => writeln!(out, "bpffs            mounted at {}", mount.point.display())?,
         None => writeln!(out, "bpffs            not mounted (only needed to pin)")?,
     }
     writeln!(out, "program types that load:")?;

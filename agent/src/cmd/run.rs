@@ -1,49 +1,18 @@
 //! `palisade run --policy FILE -- CMD ARGS...`: one command in a fresh cgroup under a policy.
 
-use std::{
-    fs,
-    os::unix::process::ExitStatusExt,
-    path::{Path, PathBuf},
-    process::ExitStatus,
-    sync::{Arc, atomic::Ordering},
-};
+use std::{os::unix::process::ExitStatusExt, path::PathBuf, process::ExitStatus, sync::Arc};
 
 use anyhow::Context;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{info, warn};
 
-use crate::{
-    bpf::Enforcer,
-    events::{Decoder, EventReader},
-    targets::{Cgroup, cgroup2_root, join_in_child},
-};
+use super::session::Session;
+use crate::targets::{Cgroup, Hierarchy, join_in_child};
 
 pub struct RunArgs {
     pub policy: PathBuf,
     pub events: Option<PathBuf>,
     pub command: Vec<String>,
-}
-
-/// The cgroup and its policy, removed however `run` ends.
-struct Sandbox<'a> {
-    enforcer: &'a mut Enforcer,
-    cgroup: Cgroup,
-}
-
-impl Drop for Sandbox<'_> {
-    fn drop(&mut self) {
-        // Processes the command left behind would keep the cgroup alive.
-        let _ = fs::write(self.cgroup.path.join("cgroup.kill"), "1");
-        if let Err(err) = self.enforcer.remove(self.cgroup.id) {
-            warn!(
-                "removing the policy of {}: {err}",
-                self.cgroup.path.display()
-            );
-        }
-        if let Err(err) = self.cgroup.remove() {
-            warn!("{err}");
-        }
-    }
 }
 
 /// The exit code a shell would report for `status`.
@@ -58,32 +27,50 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     if policy.spec.target.is_some() {
         info!("spec.target is ignored: `palisade run` protects the cgroup it creates");
     }
-    let mut enforcer = Enforcer::load().context("cannot enforce the policy")?;
-    let ring = enforcer
-        .take_events()
-        .context("the event ring buffer is missing")?;
-    let mut reader = EventReader::new(ring, Decoder::new(enforcer.registry()))?;
-    let sink_stats = reader.stats();
+    let mut signals = Signals::install()?;
+    let mut session = Session::start(args.events.as_deref(), Box::new(std::io::stderr()))?;
+    let cgroups = Hierarchy::find()?;
+    let cgroup = cgroups.create(
+        &cgroups.mount,
+        &format!("palisade-run-{}", std::process::id()),
+    )?;
+    let result = supervise(
+        &mut session,
+        &cgroup,
+        Arc::new(compiled),
+        &args,
+        &mut signals,
+    )
+    .await;
+    session.pump_all();
+    session.report_losses();
+    // Processes the command left behind would keep the cgroup alive.
+    let _ = std::fs::write(cgroup.path.join("cgroup.kill"), "1");
+    if let Err(err) = session.enforcer.remove(cgroup.id) {
+        warn!("removing the policy of {}: {err}", cgroup.path.display());
+    }
+    if let Err(err) = cgroup.remove() {
+        warn!("{err}");
+    }
+    result.map(exit_code)
+}
 
-    let root = cgroup2_root()?;
-    let cgroup = Cgroup::create(&root, &format!("palisade-run-{}", std::process::id()))?;
-    let sandbox = Sandbox {
-        enforcer: &mut enforcer,
-        cgroup,
-    };
-    sandbox
-        .enforcer
-        .apply(&sandbox.cgroup, Arc::new(compiled))
-        .with_context(|| {
-            format!(
-                "applying {} to {}",
-                args.policy.display(),
-                sandbox.cgroup.path.display()
-            )
-        })?;
-
+async fn supervise(
+    session: &mut Session,
+    cgroup: &Cgroup,
+    policy: Arc<crate::policy::CompiledPolicy>,
+    args: &RunArgs,
+    signals: &mut Signals,
+) -> anyhow::Result<ExitStatus> {
+    session.enforcer.apply(cgroup, policy).with_context(|| {
+        format!(
+            "applying {} to {}",
+            args.policy.display(),
+            cgroup.path.display()
+        )
+    })?;
     let (program, program_args) = args.command.split_first().context("no command given")?;
-    let procs = sandbox.cgroup.procs_file();
+    let procs = cgroup.procs_file();
     let mut command = tokio::process::Command::new(program);
     command.args(program_args);
     // SAFETY: join_in_child only makes async-signal-safe calls.
@@ -91,41 +78,47 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     let mut child = command
         .spawn()
         .with_context(|| format!("starting {program}"))?;
-
-    let mut sink = super::event_sink(args.events.as_deref(), Box::new(std::io::stderr()))?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    let status = loop {
-        tokio::select! {
-            status = child.wait() => break status?,
-            // The command shares our terminal: it sees Ctrl-C itself; we only must not die first.
-            _ = interrupt.recv() => {}
-            _ = terminate.recv() => {
-                if let Some(pid) = child.id() {
-                    // SAFETY: signalling our own child.
-                    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-                }
-            }
-            ready = reader.ready() => { ready?; reader.drain(&mut sink); }
+    let pid = child.id().context("the command has no pid")?;
+    loop {
+        let signal = tokio::select! {
+            status = child.wait() => return Ok(status?),
+            signal = signals.next() => signal,
+            ready = session.events_ready() => { ready?; session.pump(); continue }
+        };
+        if let Some(signal) = signal {
+            // SAFETY: signalling our own child, which has not been reaped yet.
+            unsafe { libc::kill(pid as i32, signal) };
         }
-    };
-    reader.drain(&mut sink);
-    let kernel_stats = sandbox.enforcer.stats()?;
-    drop(sandbox);
-    report_losses(
-        kernel_stats.events_dropped,
-        sink_stats.write_errors.load(Ordering::Relaxed),
-        args.events.as_deref(),
-    );
-    Ok(exit_code(status))
+    }
 }
 
-fn report_losses(dropped: u64, write_errors: u64, events: Option<&Path>) {
-    if dropped > 0 {
-        warn!("{dropped} audit events were dropped in the kernel: the ring buffer was full");
+/// Signals that would otherwise kill `palisade run` before its cleanup, installed before the
+/// cgroup exists.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+    quit: Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Self> {
+        Ok(Self {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+            quit: signal(SignalKind::quit())?,
+        })
     }
-    if write_errors > 0 {
-        let sink = events.map_or("stderr".into(), |path| path.display().to_string());
-        warn!("{write_errors} audit events could not be written to {sink}");
+
+    /// The next signal to forward to the command. Ctrl-C is not forwarded: the command shares
+    /// our terminal and gets it directly.
+    async fn next(&mut self) -> Option<i32> {
+        tokio::select! {
+            _ = self.interrupt.recv() => None,
+            _ = self.terminate.recv() => Some(libc::SIGTERM),
+            _ = self.hangup.recv() => Some(libc::SIGHUP),
+            _ = self.quit.recv() => Some(libc::SIGQUIT),
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 mod reader;
 
-pub use reader::{EventReader, SinkStats};
+pub use reader::EventReader;
 
 use std::time::{Duration, SystemTime};
 
@@ -26,8 +26,10 @@ pub struct AuditEvent {
     pub rule_id: u32,
     pub target: EventTarget,
     pub cgroup_id: u64,
+    /// Process id (thread group id).
     pub pid: u32,
-    pub tgid: u32,
+    /// Thread id.
+    pub tid: u32,
     pub uid: u32,
     pub comm: String,
     pub path: String,
@@ -136,7 +138,7 @@ impl Decoder {
             },
             cgroup_id: event.cgroup_id,
             pid: event.pid,
-            tgid: event.tgid,
+            tid: event.tid,
             uid: event.uid,
             comm: c_string(&event.comm),
             path: c_string(&event.path),

@@ -1,30 +1,22 @@
 //! Reads the ring buffer as records arrive and writes JSON lines to a sink.
 
-use std::{
-    io::Write,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
-};
+use std::io::Write;
 
 use aya::maps::{MapData, RingBuf};
 use tokio::io::{Interest, unix::AsyncFd};
 
 use super::Decoder;
 
-/// What user space did with events; the kernel counts its own drops (see `bpf::Stats`).
-#[derive(Debug, Default)]
-pub struct SinkStats {
-    pub written: AtomicU64,
-    pub undecodable: AtomicU64,
-    pub write_errors: AtomicU64,
-}
+/// Records handled per `drain`, so that a flood of events cannot starve the caller's other work.
+const BATCH: usize = 1024;
 
 pub struct EventReader {
     ring: AsyncFd<RingBuf<MapData>>,
     decoder: Decoder,
-    stats: Arc<SinkStats>,
+    /// Records that were not events of this version (the kernel counts its own drops).
+    pub undecodable: u64,
+    /// Events lost because the sink failed.
+    pub write_errors: u64,
 }
 
 impl EventReader {
@@ -36,33 +28,37 @@ impl EventReader {
         Ok(Self {
             ring,
             decoder,
-            stats: Arc::default(),
+            undecodable: 0,
+            write_errors: 0,
         })
-    }
-
-    pub fn stats(&self) -> Arc<SinkStats> {
-        self.stats.clone()
-    }
-
-    /// Writes every pending event to `sink`, one JSON object per line.
-    pub fn drain(&mut self, sink: &mut impl Write) {
-        let ring = self.ring.get_mut();
-        while let Some(record) = ring.next() {
-            let Some(event) = self.decoder.decode(&record) else {
-                self.stats.undecodable.fetch_add(1, Ordering::Relaxed);
-                continue;
-            };
-            let line = serde_json::to_string(&event).expect("events serialize");
-            match writeln!(sink, "{line}").and_then(|()| sink.flush()) {
-                Ok(()) => self.stats.written.fetch_add(1, Ordering::Relaxed),
-                Err(_) => self.stats.write_errors.fetch_add(1, Ordering::Relaxed),
-            };
-        }
     }
 
     /// Waits until the kernel has submitted records; `drain` them next.
     pub async fn ready(&mut self) -> std::io::Result<()> {
         self.ring.readable_mut().await?.clear_ready();
         Ok(())
+    }
+
+    /// Writes up to a batch of pending events to `sink`, one JSON object per line. Returns
+    /// whether records may remain.
+    pub fn drain(&mut self, sink: &mut impl Write) -> bool {
+        let ring = self.ring.get_mut();
+        for _ in 0..BATCH {
+            let Some(record) = ring.next() else {
+                return false;
+            };
+            let Some(event) = self.decoder.decode(&record) else {
+                self.undecodable += 1;
+                continue;
+            };
+            let line = serde_json::to_string(&event).expect("events serialize");
+            if writeln!(sink, "{line}")
+                .and_then(|()| sink.flush())
+                .is_err()
+            {
+                self.write_errors += 1;
+            }
+        }
+        true
     }
 }

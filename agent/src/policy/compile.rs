@@ -243,6 +243,7 @@ pub fn compile(file: &Path, policy: &Policy) -> Result<CompiledPolicy, PolicyErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::Pattern;
 
     fn parse(text: &str) -> Result<CompiledPolicy, PolicyError> {
         let file = Path::new("p.yaml");
@@ -336,6 +337,67 @@ mod tests {
             (ACTION_DENY, 3)
         );
         assert_eq!(decide(&policy, "/usr/bin/curl", PERM_READ), (0, 0));
+    }
+
+    /// The tries answer exactly what the patterns mean (`Pattern::matches`), rule by rule.
+    #[test]
+    fn tries_agree_with_the_patterns() {
+        let patterns = [
+            "/etc/shadow",
+            "/etc/",
+            "/etc/ssl/",
+            "/proc/**/mem",
+            "/**/id_rsa",
+            "/data/tmp**.key",
+            "/x/y/**/y/z",
+            "/a/**/a",
+            "/srv/app/config.yaml",
+        ];
+        let paths = [
+            "/etc/shadow",
+            "/etc/shadow-",
+            "/etc",
+            "/etc/ssl/a",
+            "/proc/mem",
+            "/proc/1/mem",
+            "/proc/1/mems",
+            "/id_rsa",
+            "/home/u/.ssh/id_rsa",
+            "/data/tmp.key",
+            "/data/tmpx/y.key",
+            "/data/tm.key",
+            "/x/y/z",
+            "/x/y/y/z",
+            "/a/a",
+            "/a/b/a",
+            "/a",
+            "/srv/app/config.yaml",
+            "/srv/app/config.yaml.bak",
+        ];
+        let mut rules = String::from("    files:\n");
+        for pattern in patterns {
+            rules.push_str(&format!("      - paths: [\"{pattern}\"]\n        permissions: [read]\n        action: audit\n"));
+        }
+        let policy = parse(&with_rules(&rules)).unwrap();
+        for path in paths {
+            let matching: Vec<usize> = patterns
+                .iter()
+                .enumerate()
+                .filter(|(_, pattern)| Pattern::parse(pattern).unwrap().matches(path))
+                .map(|(index, _)| index + 1)
+                .collect();
+            let (action, rule_id) = decide(&policy, path, PERM_READ);
+            if matching.is_empty() {
+                assert_eq!(action, 0, "{path} matched rule {rule_id}");
+            } else {
+                assert_eq!(action, ACTION_AUDIT, "{path} should match {matching:?}");
+                // Several rules may match; the one reported must be one of them.
+                assert!(
+                    matching.contains(&(rule_id as usize)),
+                    "{path}: rule {rule_id}, expected one of {matching:?}"
+                );
+            }
+        }
     }
 
     #[test]

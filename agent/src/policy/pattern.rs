@@ -79,7 +79,8 @@ impl Pattern {
         prefix.len() + suffix.len() - usize::from(shared_slash)
     }
 
-    /// Whether `path` matches: the reference the kernel tries are checked against in tests.
+    /// Whether `path` matches: the meaning of the pattern, which the compiler's tests check the
+    /// kernel's tries against.
     pub fn matches(&self, path: &str) -> bool {
         match self {
             Pattern::Exact(exact) => path == exact,

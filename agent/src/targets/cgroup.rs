@@ -1,6 +1,7 @@
 //! cgroup v2: finding the mount, resolving a directory to its id and level, creating and removing
 //! the cgroups `palisade run` uses.
 
+use palisade_common::MAX_LEVEL;
 use std::{
     ffi::CString,
     fs, io,
@@ -17,6 +18,8 @@ pub enum CgroupError {
     Missing(PathBuf),
     #[error("{0} is not inside the cgroup2 mount {1}")]
     Outside(PathBuf, PathBuf),
+    #[error("cgroup {0} is deeper than level {1}, the deepest a target may be")]
+    TooDeep(PathBuf, u32),
     #[error("{action} {path}: {source}")]
     Io {
         action: &'static str,
@@ -37,8 +40,15 @@ fn io_error<'a>(
     }
 }
 
-/// Where a file system of type `fstype` is mounted (the first such mount).
-pub fn mount_point(fstype: &str) -> Option<PathBuf> {
+/// A mount of a file system: where it is mounted, and which of its directories is mounted there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub point: PathBuf,
+    pub root: PathBuf,
+}
+
+/// The first mount of a file system of type `fstype`, from /proc/self/mountinfo.
+pub fn find_mount(fstype: &str) -> Option<Mount> {
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
     mountinfo.lines().find_map(|line| {
         // "id parent major:minor root mount_point options ... - fstype source ..."
@@ -46,28 +56,45 @@ pub fn mount_point(fstype: &str) -> Option<PathBuf> {
         if after.split(' ').next()? != fstype {
             return None;
         }
-        before.split(' ').nth(4).map(PathBuf::from)
+        let mut fields = before.split(' ').skip(3);
+        let root = PathBuf::from(fields.next()?);
+        Some(Mount {
+            root,
+            point: PathBuf::from(fields.next()?),
+        })
     })
 }
 
-/// Where the unified (v2) hierarchy is mounted.
-pub fn cgroup2_root() -> Result<PathBuf, CgroupError> {
-    mount_point("cgroup2").ok_or(CgroupError::NoCgroup2)
-}
-
-/// A cgroup v2 directory.
+/// The cgroup v2 hierarchy as mounted here. Levels count from the hierarchy's real root, as the
+/// kernel does, so the agent must see it from the host's cgroup namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cgroup {
-    pub path: PathBuf,
-    /// What bpf_get_current_cgroup_id() returns for its tasks: the directory's inode number.
-    pub id: u64,
-    /// Depth below the root (the root is level 0).
-    pub level: u32,
+pub struct Hierarchy {
+    pub mount: PathBuf,
+    /// Level of the mounted directory: 0 unless a subtree is mounted.
+    pub mount_level: u32,
 }
 
-impl Cgroup {
-    /// Resolves `path`, absolute or relative to `root` (the cgroup2 mount).
-    pub fn open(root: &Path, path: &str) -> Result<Self, CgroupError> {
+impl Hierarchy {
+    pub fn find() -> Result<Self, CgroupError> {
+        let mount = find_mount("cgroup2").ok_or(CgroupError::NoCgroup2)?;
+        Ok(Self::at(mount.point, &mount.root))
+    }
+
+    /// The hierarchy mounted at `mount`, whose root directory is `root` in the hierarchy.
+    pub fn at(mount: PathBuf, root: &Path) -> Self {
+        let mount_level = root
+            .components()
+            .filter(|part| matches!(part, Component::Normal(_)))
+            .count();
+        Self {
+            mount,
+            mount_level: mount_level as u32,
+        }
+    }
+
+    /// Resolves `path`, absolute or relative to the mount.
+    pub fn open(&self, path: &str) -> Result<Cgroup, CgroupError> {
+        let root = &self.mount;
         let relative = Path::new(path).strip_prefix("/").unwrap_or(Path::new(path));
         let path = if Path::new(path).starts_with(root) {
             PathBuf::from(path)
@@ -76,12 +103,16 @@ impl Cgroup {
         };
         let below = path
             .strip_prefix(root)
-            .map_err(|_| CgroupError::Outside(path.clone(), root.to_owned()))?;
+            .map_err(|_| CgroupError::Outside(path.clone(), root.clone()))?;
         if below
             .components()
             .any(|part| !matches!(part, Component::Normal(_)))
         {
-            return Err(CgroupError::Outside(path.clone(), root.to_owned()));
+            return Err(CgroupError::Outside(path.clone(), root.clone()));
+        }
+        let level = self.mount_level + below.components().count() as u32;
+        if level > MAX_LEVEL {
+            return Err(CgroupError::TooDeep(path, MAX_LEVEL));
         }
         let metadata = match fs::metadata(&path) {
             Ok(metadata) if metadata.is_dir() => metadata,
@@ -91,20 +122,32 @@ impl Cgroup {
             }
             Err(err) => return Err(io_error("reading", &path)(err)),
         };
-        Ok(Self {
+        Ok(Cgroup {
             id: metadata.ino(),
-            level: below.components().count() as u32,
+            level,
             path,
         })
     }
 
-    /// Creates a new child cgroup of `parent` (which must exist).
-    pub fn create(parent: &Path, name: &str) -> Result<Self, CgroupError> {
+    /// Creates a new cgroup `name` in the existing directory `parent`.
+    pub fn create(&self, parent: &Path, name: &str) -> Result<Cgroup, CgroupError> {
         let path = parent.join(name);
         fs::create_dir(&path).map_err(io_error("creating", &path))?;
-        Self::open(&cgroup2_root()?, path.to_str().unwrap_or_default())
+        self.open(&path.to_string_lossy())
     }
+}
 
+/// A cgroup v2 directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroup {
+    pub path: PathBuf,
+    /// What bpf_get_current_cgroup_id() returns for its tasks: the directory's inode number.
+    pub id: u64,
+    /// Depth below the hierarchy's root (the root is level 0).
+    pub level: u32,
+}
+
+impl Cgroup {
     /// The path of `cgroup.procs`, for moving a process in (see `join_in_child`).
     pub fn procs_file(&self) -> CString {
         CString::new(self.path.join("cgroup.procs").as_os_str().as_bytes())
@@ -156,19 +199,26 @@ mod tests {
         let root =
             std::env::temp_dir().join(format!("palisade-cgroup-test-{}", std::process::id()));
         fs::create_dir_all(root.join("a/b")).unwrap();
-        let relative = Cgroup::open(&root, "a/b").unwrap();
-        let absolute = Cgroup::open(&root, root.join("a/b").to_str().unwrap()).unwrap();
+        let hierarchy = Hierarchy::at(root.clone(), Path::new("/"));
+        let relative = hierarchy.open("a/b").unwrap();
+        let absolute = hierarchy.open(root.join("a/b").to_str().unwrap()).unwrap();
         assert_eq!(relative, absolute);
         assert_eq!(relative.level, 2);
-        assert_eq!(Cgroup::open(&root, "/a").unwrap().level, 1);
+        assert_eq!(hierarchy.open("/a").unwrap().level, 1);
+        assert_eq!(hierarchy.open("/").unwrap().level, 0);
         assert!(matches!(
-            Cgroup::open(&root, "a/missing"),
+            hierarchy.open("a/missing"),
             Err(CgroupError::Missing(_))
         ));
         assert!(matches!(
-            Cgroup::open(&root, "a/../.."),
+            hierarchy.open("a/../.."),
             Err(CgroupError::Outside(..))
         ));
+        // A mounted subtree: levels count from the hierarchy's root.
+        let subtree = Hierarchy::at(root.clone(), Path::new("/kubepods.slice/pod1"));
+        assert_eq!(subtree.open("a/b").unwrap().level, 4);
+        let deep = Hierarchy::at(root.clone(), &PathBuf::from("/x".repeat(62)));
+        assert!(matches!(deep.open("a/b"), Err(CgroupError::TooDeep(_, 63))));
         fs::remove_dir_all(&root).unwrap();
     }
 }

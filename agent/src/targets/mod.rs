@@ -2,4 +2,4 @@
 
 mod cgroup;
 
-pub use cgroup::{Cgroup, CgroupError, cgroup2_root, join_in_child, mount_point};
+pub use cgroup::{Cgroup, CgroupError, Hierarchy, Mount, find_mount, join_in_child};

@@ -6,7 +6,7 @@
 include!(concat!(env!("OUT_DIR"), "/abi.rs"));
 
 const _: () = assert!(
-    core::mem::size_of::<Path>() == 256,
+    core::mem::size_of::<TriePath>() == 256,
     "LPM key data is at most 256 bytes"
 );
 const _: () = assert!(core::mem::size_of::<PathVerdict>() == 40);
@@ -19,7 +19,7 @@ mod user {
     // SAFETY: plain C structs of integers and byte arrays with no padding (bindgen's layout tests
     // and the size asserts above check the layout).
     unsafe impl aya::Pod for Target {}
-    unsafe impl aya::Pod for Path {}
+    unsafe impl aya::Pod for TriePath {}
     unsafe impl aya::Pod for PathVerdict {}
     unsafe impl aya::Pod for GlobKey {}
     unsafe impl aya::Pod for GlobRule {}

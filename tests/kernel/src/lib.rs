@@ -13,7 +13,7 @@ use palisade_agent::{
     bpf::Enforcer,
     events::{AuditEvent, Decoder},
     policy::{CompiledPolicy, Policy, compile},
-    targets::{Cgroup, cgroup2_root, join_in_child},
+    targets::{Cgroup, Hierarchy, join_in_child},
 };
 
 struct Loaded {
@@ -127,17 +127,18 @@ impl Kernel {
 
     /// A fresh cgroup `name` below `parent` (or below the tests' own directory).
     pub fn cgroup(&mut self, parent: Option<&Cgroup>, name: &str) -> Cgroup {
+        let cgroups = Hierarchy::find().expect("cgroup2 is mounted");
         let base = match parent {
             Some(parent) => parent.path.clone(),
             None => {
-                let base = cgroup2_root()
-                    .expect("cgroup2 is mounted")
-                    .join("palisade-tests");
+                let base = cgroups.mount.join("palisade-tests");
                 std::fs::create_dir_all(&base).expect("creating the tests' cgroup");
                 base
             }
         };
-        let cgroup = Cgroup::create(&base, name).unwrap_or_else(|err| panic!("{err}"));
+        let cgroup = cgroups
+            .create(&base, name)
+            .unwrap_or_else(|err| panic!("{err}"));
         self.cgroups.push(cgroup.clone());
         cgroup
     }

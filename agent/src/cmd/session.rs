@@ -1,0 +1,129 @@
+//! What `run` and `agent` share: the loaded programs, the flow of events to their sink, and the
+//! accounting of anything lost on the way.
+
+use std::{fs::OpenOptions, io::Write, path::Path};
+
+use anyhow::Context;
+use tracing::warn;
+
+use crate::{
+    bpf::{Enforcer, Stats},
+    events::{Decoder, EventReader},
+};
+
+pub struct Session {
+    pub enforcer: Enforcer,
+    events: EventReader,
+    sink: Box<dyn Write + Send>,
+    /// The last drain stopped at its batch limit: drain again without waiting.
+    backlog: bool,
+    /// Losses already reported.
+    reported: Losses,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Losses {
+    kernel: Stats,
+    undecodable: u64,
+    write_errors: u64,
+}
+
+impl Session {
+    /// Loads the programs. Events go to `events` (appended to) or to `default_sink`.
+    pub fn start(
+        events: Option<&Path>,
+        default_sink: Box<dyn Write + Send>,
+    ) -> anyhow::Result<Self> {
+        let sink: Box<dyn Write + Send> = match events {
+            Some(path) => Box::new(
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("opening the event file {}", path.display()))?,
+            ),
+            None => default_sink,
+        };
+        let mut enforcer = Enforcer::load().context("cannot enforce")?;
+        let ring = enforcer
+            .take_events()
+            .context("the event ring buffer is missing")?;
+        let events = EventReader::new(ring, Decoder::new(enforcer.registry()))?;
+        Ok(Self {
+            enforcer,
+            events,
+            sink,
+            backlog: false,
+            reported: Losses::default(),
+        })
+    }
+
+    /// Resolves when there are events to `pump`.
+    pub async fn events_ready(&mut self) -> std::io::Result<()> {
+        if self.backlog {
+            tokio::task::yield_now().await;
+            Ok(())
+        } else {
+            self.events.ready().await
+        }
+    }
+
+    /// Writes a batch of events to the sink.
+    pub fn pump(&mut self) {
+        self.backlog = self.events.drain(&mut self.sink);
+    }
+
+    /// Writes every pending event (when stopping).
+    pub fn pump_all(&mut self) {
+        while self.events.drain(&mut self.sink) {}
+        self.backlog = false;
+    }
+
+    /// Warns about events lost since the last report: never silent.
+    pub fn report_losses(&mut self) {
+        let kernel = match self.enforcer.stats() {
+            Ok(stats) => stats,
+            Err(err) => {
+                warn!("reading the kernel's counters: {err}");
+                return;
+            }
+        };
+        let now = Losses {
+            kernel,
+            undecodable: self.events.undecodable,
+            write_errors: self.events.write_errors,
+        };
+        let before = std::mem::replace(&mut self.reported, now);
+        let new = |now: u64, before: u64| now.saturating_sub(before);
+        let dropped = new(now.kernel.events_dropped, before.kernel.events_dropped);
+        if dropped > 0 {
+            warn!(
+                dropped,
+                total = now.kernel.events_dropped,
+                "audit events dropped in the kernel: the ring buffer was full"
+            );
+        }
+        let path_errors = new(now.kernel.path_errors, before.kernel.path_errors);
+        if path_errors > 0 {
+            warn!(
+                path_errors,
+                total = now.kernel.path_errors,
+                "opens allowed because their path could not be resolved"
+            );
+        }
+        let undecodable = new(now.undecodable, before.undecodable);
+        if undecodable > 0 {
+            warn!(
+                undecodable,
+                "ring buffer records that are not events of this version"
+            );
+        }
+        let write_errors = new(now.write_errors, before.write_errors);
+        if write_errors > 0 {
+            warn!(
+                write_errors,
+                "audit events that could not be written to their sink"
+            );
+        }
+    }
+}
