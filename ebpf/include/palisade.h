@@ -44,7 +44,7 @@ typedef uint64_t __u64;
 /* Indices of the per-CPU statistics array. */
 #define PALISADE_STAT_EVENTS 0         /* events submitted to the ring buffer */
 #define PALISADE_STAT_EVENTS_DROPPED 1 /* ring buffer full: event lost */
-#define PALISADE_STAT_PATH_ERRORS 2    /* path could not be resolved: operation allowed */
+#define PALISADE_STAT_UNDECIDED 2      /* path could not be resolved: operation allowed */
 #define PALISADE_STAT_COUNT 3
 
 /* Value of the `targets` hash map, keyed by cgroup v2 id (u64). */

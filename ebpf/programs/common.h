@@ -75,7 +75,11 @@ struct {
 	__array(values, struct sync_inner);
 } sync_barrier SEC(".maps");
 
-/* Per-CPU working memory: too large for the 512-byte BPF stack. */
+/*
+ * Per-CPU working memory: too large for the 512-byte BPF stack. LSM programs only disable
+ * migration, so on a fully preemptible kernel a task preempted mid-decision could find this
+ * overwritten by another task's decision on the same CPU (see the note in README.md).
+ */
 struct scratch {
 	char path[PATH_BUF_LEN];
 	struct palisade_trie_key key;
@@ -92,7 +96,7 @@ static __always_inline void stat_inc(__u32 index)
 {
 	__u64 *count = bpf_map_lookup_elem(&stats, &index);
 	if (count)
-		*count += 1;
+		__sync_fetch_and_add(count, 1);
 }
 
 /*

@@ -47,7 +47,7 @@ static __always_inline long match_path(const struct palisade_target *target, str
 {
 	long len = bpf_d_path(f_path, s->path, sizeof(s->path));
 	if (len <= 0 || len > PATH_BUF_LEN) {
-		stat_inc(PALISADE_STAT_PATH_ERRORS);
+		stat_inc(PALISADE_STAT_UNDECIDED);
 		return len <= 0 ? len : -1;
 	}
 	struct palisade_trie_key *key = &s->key;

@@ -16,7 +16,7 @@ use aya::{
 };
 use palisade_common::{
     Config, GlobKey, GlobRule, KEY_PATH_LEN, PathVerdict, STAT_EVENTS, STAT_EVENTS_DROPPED,
-    STAT_PATH_ERRORS, Target, TriePath,
+    STAT_UNDECIDED, Target, TriePath,
 };
 
 use tracing::warn;
@@ -81,7 +81,8 @@ impl PolicyRegistry {
 pub struct Stats {
     pub events: u64,
     pub events_dropped: u64,
-    pub path_errors: u64,
+    /// Operations on targets allowed because they could not be decided.
+    pub undecided: u64,
 }
 
 struct Installed {
@@ -248,7 +249,7 @@ impl Enforcer {
         Ok(Stats {
             events: sum(STAT_EVENTS)?,
             events_dropped: sum(STAT_EVENTS_DROPPED)?,
-            path_errors: sum(STAT_PATH_ERRORS)?,
+            undecided: sum(STAT_UNDECIDED)?,
         })
     }
 

@@ -103,12 +103,12 @@ impl Session {
                 "audit events dropped in the kernel: the ring buffer was full"
             );
         }
-        let path_errors = new(now.kernel.path_errors, before.kernel.path_errors);
-        if path_errors > 0 {
+        let undecided = new(now.kernel.undecided, before.kernel.undecided);
+        if undecided > 0 {
             warn!(
-                path_errors,
-                total = now.kernel.path_errors,
-                "opens allowed because their path could not be resolved"
+                undecided,
+                total = now.kernel.undecided,
+                "operations on targets allowed undecided: their path could not be resolved"
             );
         }
         let undecodable = new(now.undecodable, before.undecodable);
