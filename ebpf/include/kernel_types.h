@@ -43,6 +43,7 @@ struct linux_binprm {
 #define FMODE_WRITE 0x2
 #define FMODE_EXEC 0x20
 #define O_APPEND 02000
+#define PROT_EXEC 0x4
 #define EPERM 1
 
 #endif

@@ -40,6 +40,7 @@ typedef uint64_t __u64;
 /* Hooks named in events. */
 #define PALISADE_HOOK_FILE_OPEN 1
 #define PALISADE_HOOK_BPRM_CHECK 2
+#define PALISADE_HOOK_MMAP_FILE 3
 
 /* Indices of the per-CPU statistics array. */
 #define PALISADE_STAT_EVENTS 0         /* events submitted to the ring buffer */

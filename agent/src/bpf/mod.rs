@@ -15,4 +15,5 @@ pub(crate) static OBJECT: &[u8] =
 pub(crate) const PROGRAMS: &[(&str, &str)] = &[
     ("file_open", "file_open"),
     ("bprm_check_security", "bprm_check_security"),
+    ("mmap_file", "mmap_file"),
 ];

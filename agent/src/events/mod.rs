@@ -7,8 +7,8 @@ pub use reader::EventReader;
 use std::time::{Duration, SystemTime};
 
 use palisade_common::{
-    ACTION_AUDIT, ACTION_DENY, Event, HOOK_BPRM_CHECK, HOOK_FILE_OPEN, PERM_APPEND, PERM_EXEC,
-    PERM_READ, PERM_WRITE,
+    ACTION_AUDIT, ACTION_DENY, Event, HOOK_BPRM_CHECK, HOOK_FILE_OPEN, HOOK_MMAP_FILE, PERM_APPEND,
+    PERM_EXEC, PERM_READ, PERM_WRITE,
 };
 use serde::Serialize;
 
@@ -118,6 +118,7 @@ impl Decoder {
             hook: match event.hook {
                 HOOK_FILE_OPEN => "file_open",
                 HOOK_BPRM_CHECK => "bprm_check_security",
+                HOOK_MMAP_FILE => "mmap_file",
                 _ => "unknown",
             },
             action: match event.action {

@@ -519,3 +519,58 @@ fn ring_buffer_overflow_is_counted_not_silent() {
         "every denial is an event or a counted drop"
     );
 }
+
+#[test]
+fn exec_rules_cover_descriptors_the_dynamic_loader_and_executable_mappings() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "loader");
+    let data = file("/tmp/loader/data");
+    let tool = "/tmp/loader/tool"; // a dynamically linked program: a copy of the probe
+    std::fs::copy(binary("PALISADE_PROBE"), tool).unwrap();
+    let loader = "/lib64/ld-linux-x86-64.so.2";
+    kernel.apply(
+        &target,
+        policy(
+            "loader",
+            &format!(
+                "    exec:\n      - name: tool\n        paths: [{tool}]\n        action: deny\n"
+            ),
+        ),
+    );
+    let through_loader = |cgroup| {
+        let out =
+            palisade_kernel_tests::probe_command(cgroup, &["exec", loader, tool, "read", data])
+                .output()
+                .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(probe(Some(&target), &["exec", tool, "read", data]), EPERM);
+    // By descriptor there is no name at all: the file is what matches.
+    assert_eq!(
+        probe(Some(&target), &["exec-fd", tool, "read", data]),
+        EPERM
+    );
+    // ld.so itself may run, but mapping the program executable is exec'ing it.
+    assert_eq!(
+        through_loader(Some(&target)),
+        "",
+        "the loader must fail to map the program"
+    );
+    assert_eq!(probe(Some(&target), &["map-exec", tool]), EPERM);
+    assert_eq!(
+        probe(Some(&target), &["read", tool]),
+        Answer::Ok,
+        "reading is not executing"
+    );
+    let hooks: std::collections::BTreeSet<&str> =
+        kernel.events().iter().map(|event| event.hook).collect();
+    assert_eq!(
+        hooks.into_iter().collect::<Vec<_>>(),
+        ["bprm_check_security", "mmap_file"]
+    );
+    // Outside the target every way works.
+    assert_eq!(probe(None, &["exec", tool, "read", data]), Answer::Ok);
+    assert_eq!(probe(None, &["exec-fd", tool, "read", data]), Answer::Ok);
+    assert_eq!(through_loader(None), "ok");
+    assert_eq!(probe(None, &["map-exec", tool]), Answer::Ok);
+}
