@@ -94,36 +94,33 @@ impl Session {
             write_errors: self.events.write_errors,
         };
         let before = std::mem::replace(&mut self.reported, now);
-        let new = |now: u64, before: u64| now.saturating_sub(before);
-        let dropped = new(now.kernel.events_dropped, before.kernel.events_dropped);
-        if dropped > 0 {
-            warn!(
-                dropped,
-                total = now.kernel.events_dropped,
-                "audit events dropped in the kernel: the ring buffer was full"
-            );
-        }
-        let undecided = new(now.kernel.undecided, before.kernel.undecided);
-        if undecided > 0 {
-            warn!(
-                undecided,
-                total = now.kernel.undecided,
-                "operations on targets allowed undecided: their path could not be resolved"
-            );
-        }
-        let undecodable = new(now.undecodable, before.undecodable);
-        if undecodable > 0 {
-            warn!(
-                undecodable,
-                "ring buffer records that are not events of this version"
-            );
-        }
-        let write_errors = new(now.write_errors, before.write_errors);
-        if write_errors > 0 {
-            warn!(
-                write_errors,
-                "audit events that could not be written to their sink"
-            );
+        let losses = [
+            (
+                "audit events dropped in the kernel: the ring buffer was full",
+                now.kernel.events_dropped,
+                before.kernel.events_dropped,
+            ),
+            (
+                "operations on targets allowed undecided: their path could not be resolved",
+                now.kernel.undecided,
+                before.kernel.undecided,
+            ),
+            (
+                "ring buffer records that are not events of this version",
+                now.undecodable,
+                before.undecodable,
+            ),
+            (
+                "audit events that could not be written to their sink",
+                now.write_errors,
+                before.write_errors,
+            ),
+        ];
+        for (what, total, reported) in losses {
+            let new = total.saturating_sub(reported);
+            if new > 0 {
+                warn!(new, total, "{what}");
+            }
         }
     }
 }
