@@ -146,7 +146,7 @@ impl Enforcer {
                 .attach()
                 .map_err(|err| LoadError::program("attach", name, err))?;
         }
-        let mut enforcer = Self {
+        Ok(Self {
             config: take(&mut ebpf, "config")?,
             targets: take(&mut ebpf, "targets")?,
             prefixes: take(&mut ebpf, "path_prefixes")?,
@@ -164,14 +164,7 @@ impl Enforcer {
             targets_per_level: [0; 64],
             next_policy_id: 1,
             registry: PolicyRegistry::default(),
-        };
-        enforcer
-            .publish_levels()
-            .map_err(|source| LoadError::MapSetup {
-                name: "config",
-                source,
-            })?;
-        Ok(enforcer)
+        })
     }
 
     /// The audit event ring buffer, for one reader.

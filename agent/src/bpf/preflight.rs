@@ -35,12 +35,6 @@ pub enum LoadError {
         "loading BPF programs needs root (CAP_BPF, CAP_SYS_ADMIN and CAP_PERFMON); run as root"
     )]
     NotRoot,
-    #[error("cannot set up BPF map `{name}`: {source}")]
-    MapSetup {
-        name: &'static str,
-        #[source]
-        source: aya::maps::MapError,
-    },
 }
 
 impl LoadError {
