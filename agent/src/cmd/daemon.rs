@@ -133,6 +133,13 @@ impl PolicyDir {
         new_errors
     }
 
+    /// `reconcile`, logging the errors.
+    pub fn reconcile_and_report(&mut self, enforcer: &mut impl Enforce) {
+        for err in self.reconcile(enforcer) {
+            error!("{err}");
+        }
+    }
+
     fn sync_file(&mut self, enforcer: &mut impl Enforce, file: &Path) -> Result<(), PolicyError> {
         let text = std::fs::read_to_string(file)
             .map_err(|err| PolicyError::new(file, "(file)", format!("cannot read: {err}")))?;
@@ -262,9 +269,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     })?;
     watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
     let mut policies = PolicyDir::new(dir.clone(), Hierarchy::find()?);
-    for err in policies.reconcile(&mut session.enforcer) {
-        error!("{err}");
-    }
+    policies.reconcile_and_report(&mut session.enforcer);
     info!(dir = %dir.display(), "agent ready: watching for policy changes");
 
     // Targets come and go without the directory changing: look again now and then.
@@ -276,14 +281,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 // Editors write in several steps: let a burst of changes settle first.
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 while changed.try_recv().is_ok() {}
-                for err in policies.reconcile(&mut session.enforcer) {
-                    error!("{err}");
-                }
+                policies.reconcile_and_report(&mut session.enforcer);
             }
             _ = resync.tick() => {
-                for err in policies.reconcile(&mut session.enforcer) {
-                    error!("{err}");
-                }
+                policies.reconcile_and_report(&mut session.enforcer);
             }
             ready = session.events_ready() => { ready?; session.pump(); }
             _ = losses.tick() => session.report_losses(),
