@@ -37,6 +37,10 @@ struct linux_binprm {
 	struct file *file;
 };
 
+struct task_struct {
+	int tgid;
+};
+
 #pragma clang attribute pop
 
 #define FMODE_READ 0x1

@@ -41,6 +41,11 @@ typedef uint64_t __u64;
 #define PALISADE_HOOK_FILE_OPEN 1
 #define PALISADE_HOOK_BPRM_CHECK 2
 #define PALISADE_HOOK_MMAP_FILE 3
+#define PALISADE_HOOK_TASK_KILL 4
+#define PALISADE_HOOK_PTRACE_ACCESS_CHECK 5
+
+/* The rule id of the built-in protection of the process that loaded the programs. */
+#define PALISADE_RULE_SELF_PROTECTION 0xffffffffu
 
 /* Indices of the per-CPU statistics array. */
 #define PALISADE_STAT_EVENTS 0         /* events submitted to the ring buffer */
@@ -91,6 +96,7 @@ struct palisade_glob_rule {
 /* Element 0 of the `config` array map. */
 struct palisade_config {
 	__u64 target_levels; /* bit L: some target is a cgroup at level L */
+	__u64 protected_pid; /* the loading process: targets may not signal or trace it */
 };
 
 /* An audit event on the `events` ring buffer. */
@@ -109,6 +115,8 @@ struct palisade_event {
 	__u32 rule_id;
 	__u32 policy_id;
 	__s32 error; /* what the hook returned: -EPERM if denied, 0 if allowed */
+	__u32 object_pid; /* signal and ptrace hooks: the process acted on */
+	__u32 signal;     /* task_kill: the signal */
 	__u8 comm[16];
 	__u8 path[PALISADE_EVENT_PATH_LEN];
 };

@@ -145,36 +145,38 @@ static __always_inline void consider(struct decision *d, __u32 action, __u32 rul
 	}
 }
 
-/* Reports a decision on the ring buffer; a full buffer is counted, never silent. */
-static __always_inline void emit_event(const struct scratch *s, struct file *file, __u32 hook,
-				       __u32 perms, const struct decision *d,
-				       const struct palisade_target *target, __u64 target_cgroup_id,
-				       __s32 error)
+/*
+ * Reserves an event and fills what every hook reports; the caller fills the rest (every field:
+ * ring buffer memory is not zeroed) and submits. NULL when the ring buffer is full: counted,
+ * never silent.
+ */
+static __always_inline struct palisade_event *new_event(__u32 hook, const struct decision *d,
+							 __u32 policy_id, __u64 target_cgroup_id,
+							 __s32 error)
 {
 	struct palisade_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		stat_inc(PALISADE_STAT_EVENTS_DROPPED);
-		return;
+		return NULL;
 	}
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct inode *inode = file->f_inode;
 	e->time_ns = bpf_ktime_get_boot_ns();
 	e->cgroup_id = bpf_get_current_cgroup_id();
 	e->target_cgroup_id = target_cgroup_id;
-	e->ino = BPF_CORE_READ(inode, i_ino);
-	e->dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
 	e->uid = (__u32)bpf_get_current_uid_gid();
 	e->hook = hook;
 	e->action = d->action;
-	e->perms = perms;
 	e->rule_id = d->rule_id;
-	e->policy_id = target->policy_id;
+	e->policy_id = policy_id;
 	e->error = error;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	__builtin_memcpy(e->path, s->path, sizeof(e->path));
-	e->path[sizeof(e->path) - 1] = 0;
+	return e;
+}
+
+static __always_inline void submit_event(struct palisade_event *e)
+{
 	bpf_ringbuf_submit(e, 0);
 	stat_inc(PALISADE_STAT_EVENTS);
 }

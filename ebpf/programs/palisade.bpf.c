@@ -12,5 +12,6 @@
 
 #include "file.bpf.c"
 #include "exec.bpf.c"
+#include "process.bpf.c"
 
 char LICENSE[] SEC("license") = "GPL";

@@ -85,7 +85,18 @@ static __always_inline int check_path(struct file *file, __u32 hook, __u32 perms
 	if (match_path(target, s, &file->f_path, perms, &d) < 0 || d.action == PALISADE_ACTION_NONE)
 		return 0;
 	__s32 error = d.action == PALISADE_ACTION_DENY ? -EPERM : 0;
-	emit_event(s, file, hook, perms, &d, target, target_cgroup_id, error);
+	struct palisade_event *e = new_event(hook, &d, target->policy_id, target_cgroup_id, error);
+	if (e) {
+		struct inode *inode = file->f_inode;
+		e->ino = BPF_CORE_READ(inode, i_ino);
+		e->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+		e->perms = perms;
+		e->object_pid = 0;
+		e->signal = 0;
+		__builtin_memcpy(e->path, s->path, sizeof(e->path));
+		e->path[sizeof(e->path) - 1] = 0;
+		submit_event(e);
+	}
 	return error;
 }
 

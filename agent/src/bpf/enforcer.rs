@@ -94,7 +94,9 @@ struct Installed {
 pub struct Enforcer {
     // Owns the programs and their links: dropping it detaches everything.
     _ebpf: Ebpf,
-    config: Array<MapData, Config>,
+    config_map: Array<MapData, Config>,
+    /// What `config_map` holds.
+    config: Config,
     targets: BpfHashMap<MapData, u64, Target>,
     prefixes: LpmTrie<MapData, TriePath, PathVerdict>,
     suffixes: LpmTrie<MapData, TriePath, PathVerdict>,
@@ -146,8 +148,8 @@ impl Enforcer {
                 .attach()
                 .map_err(|err| LoadError::program("attach", name, err))?;
         }
-        Ok(Self {
-            config: take(&mut ebpf, "config")?,
+        let mut enforcer = Self {
+            config_map: take(&mut ebpf, "config")?,
             targets: take(&mut ebpf, "targets")?,
             prefixes: take(&mut ebpf, "path_prefixes")?,
             suffixes: take(&mut ebpf, "path_suffixes")?,
@@ -164,7 +166,19 @@ impl Enforcer {
             targets_per_level: [0; 64],
             next_policy_id: 1,
             registry: PolicyRegistry::default(),
-        })
+            config: Config {
+                target_levels: 0,
+                protected_pid: std::process::id().into(),
+            },
+        };
+        // From here on, targets may not signal or trace this process.
+        enforcer
+            .publish_config()
+            .map_err(|source| LoadError::MapSetup {
+                name: "config",
+                source,
+            })?;
+        Ok(enforcer)
     }
 
     /// The audit event ring buffer, for one reader.
@@ -253,13 +267,17 @@ impl Enforcer {
     }
 
     fn publish_levels(&mut self) -> Result<(), MapError> {
-        let target_levels = self
+        self.config.target_levels = self
             .targets_per_level
             .iter()
             .enumerate()
             .filter(|(_, count)| **count > 0)
             .fold(0u64, |mask, (level, _)| mask | 1 << level);
-        self.config.set(0, Config { target_levels }, 0)
+        self.publish_config()
+    }
+
+    fn publish_config(&mut self) -> Result<(), MapError> {
+        self.config_map.set(0, self.config, 0)
     }
 
     /// Deletes a policy's entries once no program can still be using them. The policy is no

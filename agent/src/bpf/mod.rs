@@ -16,4 +16,6 @@ pub(crate) const PROGRAMS: &[(&str, &str)] = &[
     ("file_open", "file_open"),
     ("bprm_check_security", "bprm_check_security"),
     ("mmap_file", "mmap_file"),
+    ("task_kill", "task_kill"),
+    ("ptrace_access_check", "ptrace_access_check"),
 ];

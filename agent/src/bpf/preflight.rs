@@ -29,6 +29,12 @@ pub enum LoadError {
     Object(#[from] aya::EbpfError),
     #[error("BPF map `{0}` is missing from the object or has the wrong type")]
     Map(&'static str),
+    #[error("cannot set up BPF map `{name}`: {source}")]
+    MapSetup {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
     #[error("BPF program `{0}` is missing from the object or is not an LSM program")]
     MissingProgram(&'static str),
     #[error(

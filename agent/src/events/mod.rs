@@ -7,12 +7,16 @@ pub use reader::EventReader;
 use std::time::{Duration, SystemTime};
 
 use palisade_common::{
-    ACTION_AUDIT, ACTION_DENY, Event, HOOK_BPRM_CHECK, HOOK_FILE_OPEN, HOOK_MMAP_FILE, PERM_APPEND,
-    PERM_EXEC, PERM_READ, PERM_WRITE,
+    ACTION_AUDIT, ACTION_DENY, Event, HOOK_BPRM_CHECK, HOOK_FILE_OPEN, HOOK_MMAP_FILE,
+    HOOK_PTRACE_ACCESS_CHECK, HOOK_TASK_KILL, PERM_APPEND, PERM_EXEC, PERM_READ, PERM_WRITE,
+    RULE_SELF_PROTECTION,
 };
 use serde::Serialize;
 
 use crate::bpf::PolicyRegistry;
+
+/// The rule name events give the built-in protection of the loading process.
+pub const SELF_PROTECTION: &str = "palisade-self-protection";
 
 /// One audit event as written out (one JSON object per line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -39,6 +43,12 @@ pub struct AuditEvent {
     pub permissions: Vec<&'static str>,
     /// The errno returned to the caller (1 = EPERM), 0 if the operation was allowed.
     pub errno: i32,
+    /// Signal and ptrace hooks: the process acted on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object_pid: Option<u32>,
+    /// task_kill: the signal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -96,9 +106,13 @@ impl Decoder {
         // SAFETY: Event is a plain C struct valid for any bit pattern; the length was checked.
         let event: Event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
         let installed = self.registry.get(event.policy_id);
-        let rule = installed
-            .as_ref()
-            .and_then(|installed| installed.policy.rule_name(event.rule_id));
+        let rule = if event.rule_id == RULE_SELF_PROTECTION {
+            Some(SELF_PROTECTION)
+        } else {
+            installed
+                .as_ref()
+                .and_then(|installed| installed.policy.rule_name(event.rule_id))
+        };
         let permissions = [
             (PERM_READ, "read"),
             (PERM_WRITE, "write"),
@@ -119,6 +133,8 @@ impl Decoder {
                 HOOK_FILE_OPEN => "file_open",
                 HOOK_BPRM_CHECK => "bprm_check_security",
                 HOOK_MMAP_FILE => "mmap_file",
+                HOOK_TASK_KILL => "task_kill",
+                HOOK_PTRACE_ACCESS_CHECK => "ptrace_access_check",
                 _ => "unknown",
             },
             action: match event.action {
@@ -147,6 +163,8 @@ impl Decoder {
             ino: event.ino,
             permissions,
             errno: -event.error,
+            object_pid: (event.object_pid != 0).then_some(event.object_pid),
+            signal: (event.signal != 0).then_some(event.signal),
         })
     }
 }

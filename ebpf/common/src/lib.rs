@@ -10,7 +10,7 @@ const _: () = assert!(
     "LPM key data is at most 256 bytes"
 );
 const _: () = assert!(core::mem::size_of::<PathVerdict>() == 40);
-const _: () = assert!(core::mem::size_of::<Event>() == 344);
+const _: () = assert!(core::mem::size_of::<Event>() == 352);
 
 #[cfg(feature = "user")]
 mod user {

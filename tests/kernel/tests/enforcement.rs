@@ -453,6 +453,10 @@ fn palisade_run_denies_reports_and_cleans_up() {
     assert_eq!(lines[0]["errno"], 1);
     let allowed = run(&["sh", "-c", "cat /etc/hostname >/dev/null; exit 7"]);
     assert_eq!(allowed.status.code(), Some(7));
+    // The command cannot kill `palisade run` to shed its policy.
+    let escape = run(&["sh", "-c", "kill -KILL $PPID; echo survived"]);
+    assert_eq!(escape.status.code(), Some(0), "{escape:?}");
+    assert_eq!(String::from_utf8_lossy(&escape.stdout).trim(), "survived");
     // The secret is readable outside, and no run cgroup is left behind.
     assert_eq!(probe(None, &["read", secret]), Answer::Ok);
     let leftovers: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
@@ -573,4 +577,58 @@ fn exec_rules_cover_descriptors_the_dynamic_loader_and_executable_mappings() {
     assert_eq!(probe(None, &["exec-fd", tool, "read", data]), Answer::Ok);
     assert_eq!(through_loader(None), "ok");
     assert_eq!(probe(None, &["map-exec", tool]), Answer::Ok);
+}
+
+#[test]
+fn targets_cannot_signal_or_trace_the_enforcing_process() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "self-protection");
+    kernel.apply(&target, policy("self-protection", "    files: []\n"));
+    // This test process loaded the programs: it stands for the agent.
+    let me = std::process::id();
+    let (pid, urgent) = (me.to_string(), libc::SIGURG.to_string()); // SIGURG is ignored by default
+    let environ = format!("/proc/{me}/environ");
+    assert_eq!(probe(Some(&target), &["kill", &pid, &urgent]), EPERM);
+    assert_eq!(
+        probe(Some(&target), &["kill", &pid, "0"]),
+        Answer::Ok,
+        "asking whether it exists"
+    );
+    // Reading its environment needs ptrace access, which /proc refuses with EACCES.
+    assert_eq!(
+        probe(Some(&target), &["read", &environ]),
+        Answer::Errno(libc::EACCES)
+    );
+    let events = kernel.events();
+    let seen: Vec<_> = events
+        .iter()
+        .map(|e| (e.hook, e.rule.as_deref(), e.object_pid, e.signal))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (
+                "task_kill",
+                Some("palisade-self-protection"),
+                Some(me),
+                Some(libc::SIGURG as u32)
+            ),
+            (
+                "ptrace_access_check",
+                Some("palisade-self-protection"),
+                Some(me),
+                None
+            ),
+        ]
+    );
+    // Outside the target nothing changes, and inside it other processes can still be signalled.
+    assert_eq!(probe(None, &["kill", &pid, &urgent]), Answer::Ok);
+    assert_eq!(probe(None, &["read", &environ]), Answer::Ok);
+    let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();
+    let term = libc::SIGTERM.to_string();
+    assert_eq!(
+        probe(Some(&target), &["kill", &sleeper.id().to_string(), &term]),
+        Answer::Ok
+    );
+    assert!(!sleeper.wait().unwrap().success());
 }

@@ -5,6 +5,7 @@
 //! probe exec PATH [ARGS...]
 //! probe exec-fd PATH [ARGS...]   (execveat on an O_PATH descriptor: no name at all)
 //! probe map-exec PATH            (mmap with PROT_EXEC)
+//! probe kill PID SIGNAL
 //! probe read-until PATH STOP   (reads until the file STOP exists; prints `ok=N eperm=N other=N`)
 
 use std::{
@@ -86,6 +87,19 @@ fn map_exec(path: &str) -> io::Result<()> {
     Ok(())
 }
 
+fn kill(pid: &str, signal: &str) -> io::Result<()> {
+    let (pid, signal) = (
+        pid.parse().expect("a pid"),
+        signal.parse().expect("a signal number"),
+    );
+    // SAFETY: kill has no memory-safety preconditions.
+    if unsafe { libc::kill(pid, signal) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 fn report(result: io::Result<()>) -> ExitCode {
     match result {
         Ok(()) => {
@@ -107,6 +121,7 @@ fn main() -> ExitCode {
         ["exec", path, rest @ ..] => report(Err(Command::new(path).args(rest).exec())),
         ["exec-fd", path, rest @ ..] => report(exec_fd(path, rest)),
         ["map-exec", path] => report(map_exec(path)),
+        ["kill", pid, signal] => report(kill(pid, signal)),
         ["read-until", path, stop] => {
             let (mut ok, mut eperm, mut other) = (0, 0, 0);
             while !std::path::Path::new(stop).exists() {
