@@ -632,3 +632,50 @@ fn targets_cannot_signal_or_trace_the_enforcing_process() {
     );
     assert!(!sleeper.wait().unwrap().success());
 }
+
+#[test]
+fn paths_longer_than_a_trie_key_still_match() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "long");
+    // Longer than the 252 bytes a trie key holds: prefixes are matched on the first 252 bytes,
+    // suffixes on the last 252, and a glob's length check on the whole path.
+    let deep = format!(
+        "{}/{}/{}",
+        "a".repeat(100),
+        "b".repeat(100),
+        "c".repeat(100)
+    );
+    let secret = format!("/tmp/long/{deep}/secret");
+    let near_miss = format!("/tmp/long/{deep}/secret2");
+    let logged = format!("/tmp/long-logs/{deep}/app.log");
+    for path in [&secret, &near_miss, &logged] {
+        file(path);
+    }
+    assert!(secret.len() > 300);
+    kernel.apply(
+        &target,
+        policy(
+            "long",
+            "    files:
+      - paths: [/tmp/long/**/secret]
+        permissions: [read]
+        action: deny
+      - paths: [/tmp/long-logs/]
+        permissions: [write]
+        action: deny
+",
+        ),
+    );
+    assert_eq!(probe(Some(&target), &["read", &secret]), EPERM);
+    assert_eq!(probe(Some(&target), &["read", &near_miss]), Answer::Ok);
+    assert_eq!(probe(Some(&target), &["write", &logged]), EPERM);
+    assert_eq!(probe(Some(&target), &["read", &logged]), Answer::Ok);
+    let events = kernel.events();
+    assert_eq!(events.len(), 2);
+    // The event carries the first 255 bytes of the path.
+    assert!(
+        secret.starts_with(&events[0].path) && events[0].path.len() == 255,
+        "{}",
+        events[0].path
+    );
+}
