@@ -25,7 +25,7 @@ typedef uint64_t __u64;
  * cgroup is level 0). */
 #define PALISADE_MAX_LEVEL 63
 
-/* Permissions, one bit each; PALISADE_PERM_INDEX_* index per-permission arrays. */
+/* Permissions, one bit each: bit i is index i of the per-permission arrays below. */
 #define PALISADE_PERM_READ (1u << 0)
 #define PALISADE_PERM_WRITE (1u << 1)
 #define PALISADE_PERM_APPEND (1u << 2)

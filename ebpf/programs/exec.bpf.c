@@ -26,4 +26,3 @@ int BPF_PROG(mmap_file, struct file *file, unsigned long reqprot, unsigned long 
 		return 0;
 	return check_path(file, PALISADE_HOOK_MMAP_FILE, PALISADE_PERM_EXEC);
 }
-

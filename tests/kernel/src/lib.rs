@@ -61,6 +61,13 @@ pub fn policy(name: &str, rules: &str) -> Arc<CompiledPolicy> {
     Arc::new(compile(file, &parsed).unwrap_or_else(|err| panic!("{err}")))
 }
 
+/// `spec.rules` of a policy that denies reading `paths` (a YAML list's contents).
+pub fn deny_read(paths: &str) -> String {
+    format!(
+        "    files:\n      - paths: [{paths}]\n        permissions: [read]\n        action: deny\n"
+    )
+}
+
 /// What the kernel answered a probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {

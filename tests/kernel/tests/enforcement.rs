@@ -7,7 +7,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use palisade_kernel_tests::{Answer, EPERM, Kernel, binary, file, policy, probe, spawn_probe};
+use palisade_kernel_tests::{
+    Answer, EPERM, Kernel, binary, deny_read, file, policy, probe, spawn_probe,
+};
 
 #[test]
 fn read_denied_in_target_and_allowed_outside() {
@@ -111,9 +113,7 @@ fn process_in_child_cgroup_of_target_is_covered() {
     let container = kernel.cgroup(Some(&pod), "container");
     let nested = kernel.cgroup(Some(&container), "nested");
     let secret = file("/tmp/child/secret");
-    kernel.apply(&pod, policy("pod", &format!(
-        "    files:\n      - paths: [{secret}]\n        permissions: [read]\n        action: deny\n"
-    )));
+    kernel.apply(&pod, policy("pod", &deny_read(secret)));
     assert_eq!(probe(Some(&container), &["read", secret]), EPERM);
     assert_eq!(probe(Some(&nested), &["read", secret]), EPERM);
     let events = kernel.events();
@@ -228,18 +228,13 @@ fn rule_removal_takes_effect_without_reloading_programs() {
     let first = file("/tmp/removal/first");
     let second = file("/tmp/removal/second");
     let programs_before = aya::programs::loaded_programs().count();
-    let deny = |paths: &str| {
-        format!(
-            "    files:\n      - paths: [{paths}]\n        permissions: [read]\n        action: deny\n"
-        )
-    };
     kernel.apply(
         &target,
-        policy("removal", &deny(&format!("{first}, {second}"))),
+        policy("removal", &deny_read(&format!("{first}, {second}"))),
     );
     assert_eq!(probe(Some(&target), &["read", first]), EPERM);
     assert_eq!(probe(Some(&target), &["read", second]), EPERM);
-    kernel.apply(&target, policy("removal", &deny(second)));
+    kernel.apply(&target, policy("removal", &deny_read(second)));
     assert_eq!(
         probe(Some(&target), &["read", first]),
         Answer::Ok,
@@ -491,9 +486,7 @@ fn ring_buffer_overflow_is_counted_not_silent() {
     let secret = file("/tmp/flood/secret");
     let stop = "/tmp/flood/stop";
     let _ = std::fs::remove_file(stop);
-    kernel.apply(&target, policy("flood", &format!(
-        "    files:\n      - paths: [{secret}]\n        permissions: [read]\n        action: deny\n"
-    )));
+    kernel.apply(&target, policy("flood", &deny_read(secret)));
     let before = kernel.enforcer().stats().unwrap();
     // Nobody reads the ring buffer meanwhile: denials outrun its capacity.
     let reader = spawn_probe(Some(&target), &["read-until", secret, stop]);
