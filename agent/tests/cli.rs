@@ -29,18 +29,25 @@ fn policy_compile_prints_the_map_entries() {
     assert_eq!(code, 0);
     assert!(
         out.starts_with(
-            "policy \"protect-secrets\": 4 rules, 7 prefix entries, 1 suffix entries, 1 globs\n"
+            "policy \"protect-secrets\": 10 rules, 18 prefix entries, 3 suffix entries, 3 globs, \
+             0 mount types, 0 socket entries, 5 network entries\nrule 1 \"runtime-default\": Deny\n"
         ),
         "{out}"
     );
-    assert!(out.contains("path_prefixes \"/srv/secrets/\": read=deny(rule 1) write=deny(rule 1) append=deny(rule 1)\n"), "{out}");
+    for line in [
+        "path_prefixes \"/srv/secrets/\": read=deny+audit(rule 7) write=deny+audit(rule 7) append=deny+audit(rule 7) globs=0x2\n",
+        "network 169.254.169.254/32 protocol 0 port 0: deny+audit(rule 4)\n",
+        "userns_create: deny+audit(rule 3)\n",
+    ] {
+        assert!(out.contains(line), "{line} in {out}");
+    }
 }
 
 #[test]
 fn policy_compile_rejects_a_broken_file_with_file_field_and_reason() {
     let file =
         std::env::temp_dir().join(format!("palisade-cli-broken-{}.yaml", std::process::id()));
-    std::fs::write(&file, "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata: {name: x}\nspec:\n  rules:\n    files:\n      - paths: [/a]\n        permissions: [red]\n        action: deny\n").unwrap();
+    std::fs::write(&file, "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata: {name: x}\nspec:\n  mode: EnhanceProtect\n  enhanceProtect:\n    hardeningRules: [disallow-mount-procfs, disable-cap-sys-admn]\n").unwrap();
     let (code, out, err) = palisade(&["policy", "compile", file.to_str().unwrap()]);
     std::fs::remove_file(&file).unwrap();
     assert_eq!(code, 1);
@@ -48,7 +55,7 @@ fn policy_compile_rejects_a_broken_file_with_file_field_and_reason() {
     assert_eq!(
         err,
         format!(
-            "palisade: error: {}: spec.rules.files[0].permissions[0]: unknown variant `red`, expected one of `read`, `write`, `append`, `exec` at line 8 column 23\n",
+            "palisade: error: {}: spec.enhanceProtect.hardeningRules[1]: unknown built-in rule \"disable-cap-sys-admn\" (did you mean \"disable-cap-sys-admin\"?)\n",
             file.display()
         )
     );

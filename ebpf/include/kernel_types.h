@@ -7,23 +7,137 @@
 #ifndef PALISADE_KERNEL_TYPES_H
 #define PALISADE_KERNEL_TYPES_H
 
+/* User-space ABI: fixed layouts, no relocation needed. */
+#define UNIX_PATH_MAX 108
+
+struct sockaddr {
+	unsigned short sa_family;
+};
+
+struct sockaddr_in {
+	unsigned short sin_family;
+	__u16 sin_port;
+	__u32 sin_addr;
+};
+
+struct sockaddr_in6 {
+	unsigned short sin6_family;
+	__u16 sin6_port;
+	__u32 sin6_flowinfo;
+	__u8 sin6_addr[16];
+};
+
+struct sockaddr_un {
+	unsigned short sun_family;
+	char sun_path[UNIX_PATH_MAX];
+};
+
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+
+struct file_system_type {
+	const char *name;
+	int fs_flags;
+};
+
+struct block_device;
 
 struct super_block {
 	__u32 s_dev;
+	struct file_system_type *s_type;
+	struct block_device *s_bdev;
 };
 
 struct inode {
+	unsigned short i_mode;
 	unsigned long i_ino;
+	__u32 i_rdev;
 	struct super_block *i_sb;
 };
 
-struct vfsmount;
-struct dentry;
+struct qstr {
+	__u32 len;
+	const unsigned char *name;
+};
+
+struct dentry {
+	struct dentry *d_parent;
+	struct qstr d_name;
+};
+
+struct vfsmount {
+	struct dentry *mnt_root;
+	struct super_block *mnt_sb;
+};
+
+/* The mount a vfsmount is embedded in (fs/mount.h). */
+struct mount {
+	struct mount *mnt_parent;
+	struct dentry *mnt_mountpoint;
+	struct vfsmount mnt;
+};
 
 struct path {
 	struct vfsmount *mnt;
 	struct dentry *dentry;
+};
+
+struct fs_struct {
+	struct path root;
+};
+
+struct fs_context {
+	struct file_system_type *fs_type;
+};
+
+struct fs_parameter {
+	const char *key;
+};
+
+struct user_namespace {
+	int level;
+};
+
+struct kernfs_node {
+	__u64 id;
+};
+
+struct cgroup {
+	struct kernfs_node *kn;
+	int level;
+	struct cgroup *ancestors[];
+};
+
+struct css_set {
+	struct cgroup *dfl_cgrp;
+};
+
+struct sock_common {
+	unsigned short skc_family;
+};
+
+struct sock {
+	struct sock_common __sk_common;
+	__u16 sk_protocol;
+	__u16 sk_type;
+};
+
+struct socket {
+	struct sock *sk;
+};
+
+struct msghdr {
+	void *msg_name;
+	int msg_namelen;
+};
+
+struct unix_address {
+	int len;
+	struct sockaddr_un name[];
+};
+
+struct unix_sock {
+	struct sock sk;
+	struct unix_address *addr;
 };
 
 struct file {
@@ -35,14 +149,43 @@ struct file {
 
 struct linux_binprm {
 	struct file *file;
+	const char *filename;
 };
 
 struct task_struct {
 	int tgid;
+	struct fs_struct *fs;
+	struct css_set *cgroups;
 };
 
 #pragma clang attribute pop
 
+#define S_IFMT 00170000
+#define S_IFBLK 0060000
+#define S_IXUGO 00111
+#define S_ISUID 0004000
+#define S_ISGID 0002000
+#define FS_REQUIRES_DEV 1
+#define NAME_MAX 255
+#define AF_UNIX 1
+#define AF_INET 2
+#define AF_INET6 10
+#define SOCK_STREAM 1
+#define SOCK_DGRAM 2
+#define SOCK_TYPE_MASK 0xf
+#define IPPROTO_ICMP 1
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+#define IPPROTO_ICMPV6 58
+#define SOL_SOCKET 1
+#define SO_ATTACH_FILTER 26
+#define SO_ATTACH_BPF 50
+#define SO_ATTACH_REUSEPORT_CBPF 51
+#define SO_ATTACH_REUSEPORT_EBPF 52
+#define SOL_PACKET 263
+#define PACKET_FANOUT_DATA 22
+#define BPF_PROG_LOAD_CMD 5
+#define CAP_OPT_NOAUDIT (1 << 1)
 #define FMODE_READ 0x1
 #define FMODE_WRITE 0x2
 #define FMODE_EXEC 0x20

@@ -10,6 +10,7 @@
 #ifndef __PALISADE_KERNEL__
 #include <stdint.h>
 typedef uint8_t __u8;
+typedef uint16_t __u16;
 typedef uint32_t __u32;
 typedef int32_t __s32;
 typedef uint64_t __u64;
@@ -30,9 +31,12 @@ typedef uint64_t __u64;
 #define PALISADE_PERM_WRITE (1u << 1)
 #define PALISADE_PERM_APPEND (1u << 2)
 #define PALISADE_PERM_EXEC (1u << 3)
-#define PALISADE_PERM_COUNT 4
+/* Connecting to an AF_UNIX stream socket bound at this name ("@name" for abstract names). */
+#define PALISADE_PERM_CONNECT (1u << 4)
+#define PALISADE_PERM_COUNT 5
 
-/* Actions, ordered: a larger value wins when several rules match. */
+/* Actions are bits: report (an audit event), deny (-EPERM), or both. As numbers they are
+ * ordered: when several rules match, the larger value wins. */
 #define PALISADE_ACTION_NONE 0
 #define PALISADE_ACTION_AUDIT 1
 #define PALISADE_ACTION_DENY 2
@@ -43,6 +47,27 @@ typedef uint64_t __u64;
 #define PALISADE_HOOK_MMAP_FILE 3
 #define PALISADE_HOOK_TASK_KILL 4
 #define PALISADE_HOOK_PTRACE_ACCESS_CHECK 5
+#define PALISADE_HOOK_PATH_TRUNCATE 6
+#define PALISADE_HOOK_PATH_UNLINK 7
+#define PALISADE_HOOK_PATH_RENAME 8
+#define PALISADE_HOOK_PATH_LINK 9
+#define PALISADE_HOOK_PATH_SYMLINK 10
+#define PALISADE_HOOK_PATH_CHMOD 11
+#define PALISADE_HOOK_PATH_MKDIR 12
+#define PALISADE_HOOK_PATH_RMDIR 13
+#define PALISADE_HOOK_SB_MOUNT 14
+#define PALISADE_HOOK_MOVE_MOUNT 15
+#define PALISADE_HOOK_FS_CONTEXT_PARSE_PARAM 16
+#define PALISADE_HOOK_SB_KERN_MOUNT 17
+#define PALISADE_HOOK_SB_UMOUNT 18
+#define PALISADE_HOOK_CAPABLE 19
+#define PALISADE_HOOK_USERNS_CREATE 20
+#define PALISADE_HOOK_BPF 21
+#define PALISADE_HOOK_SOCKET_SETSOCKOPT 22
+#define PALISADE_HOOK_SOCKET_CREATE 23
+#define PALISADE_HOOK_SOCKET_CONNECT 24
+#define PALISADE_HOOK_SOCKET_SENDMSG 25
+#define PALISADE_HOOK_UNIX_STREAM_CONNECT 26
 
 /* The rule id of the built-in protection of the process that loaded the programs. */
 #define PALISADE_RULE_SELF_PROTECTION 0xffffffffu
@@ -52,6 +77,18 @@ typedef uint64_t __u64;
 #define PALISADE_STAT_EVENTS_DROPPED 1 /* ring buffer full: event lost */
 #define PALISADE_STAT_UNDECIDED 2      /* path could not be resolved: operation allowed */
 #define PALISADE_STAT_COUNT 3
+
+/* Capabilities a policy can name: bit i of a mask is capability i (CAP_LAST_CAP is 40 today). */
+#define PALISADE_CAP_COUNT 64
+/* Length of a file system type name in a key (the longest in the kernel is shorter). */
+#define PALISADE_FS_TYPE_LEN 16
+/* A socket rule for every protocol of a family. */
+#define PALISADE_ANY_PROTOCOL 0xffffffffu
+
+/* Bits of palisade_policy.lookups: the lookup structures a policy has entries in. */
+#define PALISADE_LOOKUP_MOUNT_TYPES (1u << 0)
+#define PALISADE_LOOKUP_SOCKETS (1u << 1)
+#define PALISADE_LOOKUP_NETWORK (1u << 2)
 
 /* Value of the `targets` hash map, keyed by cgroup v2 id (u64). */
 struct palisade_target {
@@ -93,6 +130,62 @@ struct palisade_glob_rule {
 	__u32 rule_id;
 };
 
+/* What a rule decided and which rule it was. */
+struct palisade_verdict {
+	__u32 action;
+	__u32 rule_id;
+};
+
+/* Value of the `policies` hash map, keyed by policy id: every rule class decided by a flag or a
+ * small table rather than a lookup structure of its own. */
+struct palisade_policy {
+	__u32 lookups;  /* PALISADE_LOOKUP_* */
+	__u32 reserved; /* zero */
+	struct palisade_verdict capability[PALISADE_CAP_COUNT];
+	struct palisade_verdict userns_capability; /* any capability in a non-initial user ns */
+	struct palisade_verdict mount;              /* every mount, remount, bind, move */
+	struct palisade_verdict mount_block_device; /* new mounts of block-device file systems */
+	struct palisade_verdict umount;
+	struct palisade_verdict userns_create;
+	struct palisade_verdict bpf_prog_load;    /* BPF_PROG_LOAD */
+	struct palisade_verdict setsockopt_bpf;   /* attaching a BPF filter to a socket */
+	struct palisade_verdict ptrace;           /* tracing or inspecting any other process */
+	struct palisade_verdict ptrace_outside;   /* ... a process outside the target */
+	struct palisade_verdict chmod_exec_bits;  /* chmod to a mode with an x bit */
+	struct palisade_verdict chmod_setid_bits; /* chmod to a mode with setuid or setgid */
+	struct palisade_verdict block_device_open;
+};
+
+/* Key of the `mount_types` hash map: new mounts of a file system type. */
+struct palisade_mount_type_key {
+	__u32 policy_id;
+	__u8 fs_type[PALISADE_FS_TYPE_LEN];
+};
+
+/* Key of the `sockets` hash map: creating sockets of a family and protocol (the type's default
+ * protocol when the caller passes 0), or of every protocol of the family. */
+struct palisade_socket_key {
+	__u32 policy_id;
+	__u32 family;
+	__u32 protocol;
+};
+
+/* The data of a key of the `network` LPM trie: outgoing traffic to an address. IPv4 addresses
+ * are stored IPv4-mapped (::ffff:a.b.c.d), so both socket families find them. Protocol and port
+ * 0 stand for every protocol and every port. */
+struct palisade_network_key_data {
+	__u32 policy_id;
+	__u8 protocol;
+	__u8 reserved;
+	__u16 port;
+	__u8 addr[16];
+};
+
+struct palisade_network_key {
+	__u32 prefixlen; /* in bits, counting policy_id, protocol, reserved and port */
+	struct palisade_network_key_data data;
+};
+
 /* Element 0 of the `config` array map. */
 struct palisade_config {
 	__u64 target_levels; /* bit L: some target is a cgroup at level L */
@@ -116,7 +209,16 @@ struct palisade_event {
 	__u32 policy_id;
 	__s32 error; /* what the hook returned: -EPERM if denied, 0 if allowed */
 	__u32 object_pid; /* signal and ptrace hooks: the process acted on */
-	__u32 signal;     /* task_kill: the signal */
+	/* task_kill: the signal; capable: the capability; bpf: the command; path_chmod: the mode;
+	 * ptrace_access_check: the mode; socket_setsockopt: level << 16 | option;
+	 * socket_create: the type. */
+	__u32 arg;
+	__u32 family;   /* socket hooks */
+	__u32 protocol; /* socket hooks: after defaulting */
+	__u32 port;     /* socket_connect, socket_sendmsg */
+	__u32 rdev;     /* file hooks on a device file: the device (major << 20 | minor) */
+	__u8 addr[16];  /* socket_connect, socket_sendmsg: IPv6 or IPv4-mapped */
+	__u8 fs_type[PALISADE_FS_TYPE_LEN]; /* mount hooks */
 	__u8 comm[16];
 	__u8 path[PALISADE_EVENT_PATH_LEN];
 };

@@ -22,6 +22,35 @@ struct {
 } targets SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct palisade_policy);
+} policies SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct palisade_mount_type_key);
+	__type(value, struct palisade_verdict);
+} mount_types SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct palisade_socket_key);
+	__type(value, struct palisade_verdict);
+} sockets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 262144);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct palisade_network_key);
+	__type(value, struct palisade_verdict);
+} network SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, 262144);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -81,7 +110,9 @@ struct {
  * overwritten by another task's decision on the same CPU (see the note in README.md).
  */
 struct scratch {
-	char path[PATH_BUF_LEN];
+	/* Room for a name of NAME_MAX bytes written at any offset below PATH_BUF_LEN. */
+	char path[PATH_BUF_LEN + NAME_MAX + 1];
+	char walk[PATH_BUF_LEN + NAME_MAX + 1]; /* paths built backwards by path_walk.h */
 	struct palisade_trie_key key;
 };
 
@@ -106,7 +137,8 @@ static __always_inline void stat_inc(__u32 index)
  * plus one hash lookup per occupied level above it otherwise. The number of rules never matters.
  * The loop is written so that the verifier's states converge at every iteration.
  */
-static __always_inline struct palisade_target *current_target(__u64 *target_cgroup_id)
+static __always_inline struct palisade_target *current_target(__u64 *target_cgroup_id,
+							      __u32 *target_level)
 {
 	__u32 zero = 0;
 	struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
@@ -127,17 +159,33 @@ static __always_inline struct palisade_target *current_target(__u64 *target_cgro
 			/* Keep going: a deeper target's own policy wins. */
 			found = target;
 			*target_cgroup_id = id;
+			*target_level = level;
 		}
 	}
 	return found;
 }
 
-struct decision {
-	__u32 action;
-	__u32 rule_id;
+/* The target the current task is in, and its policy's entry. */
+struct subject {
+	struct palisade_target *target;
+	__u64 target_cgroup_id;
+	__u32 target_level;
+	struct palisade_policy *policy;
 };
 
-static __always_inline void consider(struct decision *d, __u32 action, __u32 rule_id)
+/* Fills `subject` when the current task is a target; false otherwise. */
+static __always_inline int find_subject(struct subject *subject)
+{
+	subject->target_cgroup_id = 0;
+	subject->target_level = 0;
+	subject->target = current_target(&subject->target_cgroup_id, &subject->target_level);
+	if (!subject->target)
+		return 0;
+	subject->policy = bpf_map_lookup_elem(&policies, &subject->target->policy_id);
+	return subject->policy != NULL;
+}
+
+static __always_inline void consider(struct palisade_verdict *d, __u32 action, __u32 rule_id)
 {
 	if (action > d->action) {
 		d->action = action;
@@ -145,32 +193,41 @@ static __always_inline void consider(struct decision *d, __u32 action, __u32 rul
 	}
 }
 
-/*
- * Reserves an event and fills what every hook reports; the caller fills the rest (every field:
- * ring buffer memory is not zeroed) and submits. NULL when the ring buffer is full: counted,
- * never silent.
- */
-static __always_inline struct palisade_event *new_event(__u32 hook, const struct decision *d,
-							 __u32 policy_id, __u64 target_cgroup_id,
-							 __s32 error)
+static __always_inline int verdict_error(const struct palisade_verdict *d)
 {
+	return (d->action & PALISADE_ACTION_DENY) ? -EPERM : 0;
+}
+
+/*
+ * Reserves an event for a decision that is reported, and fills what every hook reports; the
+ * caller adds what it knows and submits. NULL when the decision is not reported, or when the
+ * ring buffer is full (counted, never silent).
+ */
+static __always_inline struct palisade_event *new_event(__u32 hook, const struct palisade_verdict *d,
+							 const struct subject *subject)
+{
+	if (!(d->action & PALISADE_ACTION_AUDIT))
+		return NULL;
 	struct palisade_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		stat_inc(PALISADE_STAT_EVENTS_DROPPED);
 		return NULL;
 	}
+	/* Ring buffer memory is not zeroed. */
+	__builtin_memset(e, 0, __builtin_offsetof(struct palisade_event, comm));
+	e->path[0] = 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	e->time_ns = bpf_ktime_get_boot_ns();
 	e->cgroup_id = bpf_get_current_cgroup_id();
-	e->target_cgroup_id = target_cgroup_id;
+	e->target_cgroup_id = subject->target_cgroup_id;
 	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
 	e->uid = (__u32)bpf_get_current_uid_gid();
 	e->hook = hook;
 	e->action = d->action;
 	e->rule_id = d->rule_id;
-	e->policy_id = policy_id;
-	e->error = error;
+	e->policy_id = subject->target->policy_id;
+	e->error = verdict_error(d);
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	return e;
 }
@@ -179,6 +236,18 @@ static __always_inline void submit_event(struct palisade_event *e)
 {
 	bpf_ringbuf_submit(e, 0);
 	stat_inc(PALISADE_STAT_EVENTS);
+}
+
+/* Reports (if the rule says so) and returns the error for a decision with nothing to add. */
+static __always_inline int decide(__u32 hook, const struct palisade_verdict *d,
+				  const struct subject *subject, __u32 arg)
+{
+	struct palisade_event *e = new_event(hook, d, subject);
+	if (e) {
+		e->arg = arg;
+		submit_event(e);
+	}
+	return verdict_error(d);
 }
 
 #endif

@@ -1,18 +1,43 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * Exec hooks: decided on the file really executed (bprm->file), not the name the caller passed,
- * and on every new executable mapping of a file, so that loading a program through the dynamic
- * loader (`ld.so /usr/bin/curl`) is an exec of that program too. (mprotect to PROT_EXEC is not
- * covered: bpf_d_path is not allowed in file_mprotect; it needs inode identity.)
+ * Exec hooks: decided on the file really executed (bprm->file, and the interpreter of a script,
+ * which the kernel checks in turn), and on every new executable mapping of a file, so that
+ * loading a program through the dynamic loader (`ld.so /usr/bin/curl`) is an exec of that program
+ * too. The name the program was started by is checked as well: a multi-call binary such as
+ * busybox is a shell when started as /bin/sh. (mprotect to PROT_EXEC is not covered: bpf_d_path
+ * is not allowed in file_mprotect.)
  */
 #include "path_match.h"
+
+/* Decides an exec by the absolute name the caller used. */
+static __always_inline int check_exec_name(struct linux_binprm *bprm)
+{
+	struct subject subject;
+	if (!find_subject(&subject))
+		return 0;
+	struct scratch *s = scratch();
+	if (!s)
+		return 0;
+	long len = bpf_probe_read_kernel_str(s->path, PATH_BUF_LEN, bprm->filename);
+	if (len <= 1 || s->path[0] != '/')
+		return 0; /* relative names and fds: the resolved file was checked */
+	struct palisade_verdict d = {};
+	match_path(subject.target, s, len, PALISADE_PERM_EXEC, &d);
+	if (d.action == PALISADE_ACTION_NONE)
+		return 0;
+	return decide_path(PALISADE_HOOK_BPRM_CHECK, &d, &subject, s, bprm->file->f_inode,
+			   PALISADE_PERM_EXEC, 0);
+}
 
 SEC("lsm/bprm_check_security")
 int BPF_PROG(bprm_check_security, struct linux_binprm *bprm, int ret)
 {
 	if (ret)
 		return ret;
-	return check_path(bprm->file, PALISADE_HOOK_BPRM_CHECK, PALISADE_PERM_EXEC);
+	int error = check_file(bprm->file, PALISADE_HOOK_BPRM_CHECK, PALISADE_PERM_EXEC);
+	if (error)
+		return error;
+	return check_exec_name(bprm);
 }
 
 SEC("lsm/mmap_file")
@@ -24,5 +49,5 @@ int BPF_PROG(mmap_file, struct file *file, unsigned long reqprot, unsigned long 
 	/* Anonymous mappings have no file; only executable mappings are an exec. */
 	if (!file || !(prot & PROT_EXEC))
 		return 0;
-	return check_path(file, PALISADE_HOOK_MMAP_FILE, PALISADE_PERM_EXEC);
+	return check_file(file, PALISADE_HOOK_MMAP_FILE, PALISADE_PERM_EXEC);
 }

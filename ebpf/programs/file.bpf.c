@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
-/* File hooks. */
-#include "path_match.h"
+/*
+ * File hooks: opening, and every change to a file or its name. Write rules cover truncating,
+ * deleting, renaming (both names), linking (both names: a hard link is another name for the
+ * protected file), creating directories and symlinks, and chmod.
+ */
+#include "path_walk.h"
 
 /* The permissions an open asks for. Opens for exec are decided by the exec hooks instead. */
 static __always_inline __u32 open_perms(struct file *file)
@@ -21,5 +25,105 @@ int BPF_PROG(file_open, struct file *file, int ret)
 {
 	if (ret)
 		return ret;
-	return check_path(file, PALISADE_HOOK_FILE_OPEN, open_perms(file));
+	return check_file(file, PALISADE_HOOK_FILE_OPEN, open_perms(file));
+}
+
+SEC("lsm/path_truncate")
+int BPF_PROG(path_truncate, const struct path *path, int ret)
+{
+	if (ret)
+		return ret;
+	return check_dentry(path->dentry, path->mnt, PALISADE_HOOK_PATH_TRUNCATE,
+			    PALISADE_PERM_WRITE);
+}
+
+SEC("lsm/path_unlink")
+int BPF_PROG(path_unlink, const struct path *dir, struct dentry *dentry, int ret)
+{
+	if (ret)
+		return ret;
+	return check_dentry(dentry, dir->mnt, PALISADE_HOOK_PATH_UNLINK, PALISADE_PERM_WRITE);
+}
+
+SEC("lsm/path_rmdir")
+int BPF_PROG(path_rmdir, const struct path *dir, struct dentry *dentry, int ret)
+{
+	if (ret)
+		return ret;
+	return check_dentry(dentry, dir->mnt, PALISADE_HOOK_PATH_RMDIR, PALISADE_PERM_WRITE);
+}
+
+SEC("lsm/path_mkdir")
+int BPF_PROG(path_mkdir, const struct path *dir, struct dentry *dentry, unsigned short mode,
+	     int ret)
+{
+	if (ret)
+		return ret;
+	return check_dentry(dentry, dir->mnt, PALISADE_HOOK_PATH_MKDIR, PALISADE_PERM_WRITE);
+}
+
+SEC("lsm/path_symlink")
+int BPF_PROG(path_symlink, const struct path *dir, struct dentry *dentry, const char *old_name,
+	     int ret)
+{
+	if (ret)
+		return ret;
+	return check_dentry(dentry, dir->mnt, PALISADE_HOOK_PATH_SYMLINK, PALISADE_PERM_WRITE);
+}
+
+SEC("lsm/path_link")
+int BPF_PROG(path_link, struct dentry *old_dentry, const struct path *new_dir,
+	     struct dentry *new_dentry, int ret)
+{
+	if (ret)
+		return ret;
+	/* A hard link never crosses mounts: the old name is on the new one's mount. */
+	int error = check_dentry(old_dentry, new_dir->mnt, PALISADE_HOOK_PATH_LINK,
+				 PALISADE_PERM_READ | PALISADE_PERM_WRITE);
+	if (error)
+		return error;
+	return check_dentry(new_dentry, new_dir->mnt, PALISADE_HOOK_PATH_LINK, PALISADE_PERM_WRITE);
+}
+
+SEC("lsm/path_rename")
+int BPF_PROG(path_rename, const struct path *old_dir, struct dentry *old_dentry,
+	     const struct path *new_dir, struct dentry *new_dentry, unsigned int flags, int ret)
+{
+	if (ret)
+		return ret;
+	int error = check_dentry(old_dentry, old_dir->mnt, PALISADE_HOOK_PATH_RENAME,
+				 PALISADE_PERM_WRITE);
+	if (error)
+		return error;
+	return check_dentry(new_dentry, new_dir->mnt, PALISADE_HOOK_PATH_RENAME,
+			    PALISADE_PERM_WRITE);
+}
+
+SEC("lsm/path_chmod")
+int BPF_PROG(path_chmod, const struct path *path, unsigned short mode, int ret)
+{
+	if (ret)
+		return ret;
+	struct subject subject;
+	if (!find_subject(&subject))
+		return 0;
+	struct palisade_verdict d = {};
+	if (mode & S_IXUGO)
+		consider(&d, subject.policy->chmod_exec_bits.action,
+			 subject.policy->chmod_exec_bits.rule_id);
+	if (mode & (S_ISUID | S_ISGID))
+		consider(&d, subject.policy->chmod_setid_bits.action,
+			 subject.policy->chmod_setid_bits.rule_id);
+	struct scratch *s = scratch();
+	if (!s)
+		return 0;
+	long len = walk_path(s, path->dentry, path->mnt);
+	if (resolved(len))
+		match_path(subject.target, s, len, PALISADE_PERM_WRITE, &d);
+	else
+		s->path[0] = 0;
+	if (d.action == PALISADE_ACTION_NONE)
+		return 0;
+	return decide_path(PALISADE_HOOK_PATH_CHMOD, &d, &subject, s, NULL, PALISADE_PERM_WRITE,
+			   mode);
 }

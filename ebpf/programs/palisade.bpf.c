@@ -8,10 +8,14 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
 #include "kernel_types.h"
 
 #include "file.bpf.c"
 #include "exec.bpf.c"
 #include "process.bpf.c"
+#include "mount.bpf.c"
+#include "system.bpf.c"
+#include "network.bpf.c"
 
 char LICENSE[] SEC("license") = "GPL";

@@ -11,7 +11,7 @@
 
 static __always_inline void match_globs(const struct palisade_target *target, struct scratch *s,
 					__u32 chars, __u64 candidates, __u32 perms,
-					struct decision *d)
+					struct palisade_verdict *d)
 {
 	struct palisade_trie_key *key = &s->key;
 	__u32 n = chars > PALISADE_KEY_PATH_LEN ? PALISADE_KEY_PATH_LEN : chars;
@@ -38,18 +38,10 @@ static __always_inline void match_globs(const struct palisade_target *target, st
 	}
 }
 
-/*
- * Decides `perms` on the file at `f_path` for a target. Returns the path length (with its NUL)
- * left in s->path for the event, or a negative errno when the path could not be resolved.
- */
-static __always_inline long match_path(const struct palisade_target *target, struct scratch *s,
-				       struct path *f_path, __u32 perms, struct decision *d)
+/* Decides `perms` on the path of `len` bytes (with its NUL) in s->path. */
+static __always_inline void match_path(const struct palisade_target *target, struct scratch *s,
+				       long len, __u32 perms, struct palisade_verdict *d)
 {
-	long len = bpf_d_path(f_path, s->path, sizeof(s->path));
-	if (len <= 0 || len > PATH_BUF_LEN) {
-		stat_inc(PALISADE_STAT_UNDECIDED);
-		return len <= 0 ? len : -1;
-	}
 	struct palisade_trie_key *key = &s->key;
 	__u32 n = len > PALISADE_KEY_PATH_LEN ? PALISADE_KEY_PATH_LEN : len;
 	key->data.policy_id = target->policy_id;
@@ -57,7 +49,7 @@ static __always_inline long match_path(const struct palisade_target *target, str
 	__builtin_memcpy(key->data.path, s->path, sizeof(key->data.path));
 	struct palisade_path_verdict *prefix = bpf_map_lookup_elem(&path_prefixes, key);
 	if (!prefix)
-		return len;
+		return;
 	for (__u32 i = 0; i < PALISADE_PERM_COUNT; i++) {
 		if (perms & (1u << i))
 			consider(d, prefix->action[i], prefix->rule_id[i]);
@@ -65,39 +57,71 @@ static __always_inline long match_path(const struct palisade_target *target, str
 	/* A non-empty mask means this policy has globs starting with a prefix of the path. */
 	if (prefix->glob_mask)
 		match_globs(target, s, len - 1, prefix->glob_mask, perms, d);
-	return len;
 }
 
-/* The common body of every path hook: find the target, match, report, decide. */
-static __always_inline int check_path(struct file *file, __u32 hook, __u32 perms)
+/* Per-CPU scratch memory, or NULL. */
+static __always_inline struct scratch *scratch(void)
 {
-	if (!perms)
-		return 0;
-	__u64 target_cgroup_id = 0;
-	struct palisade_target *target = current_target(&target_cgroup_id);
-	if (!target)
-		return 0;
 	__u32 zero = 0;
-	struct scratch *s = bpf_map_lookup_elem(&scratch_space, &zero);
-	if (!s)
+	return bpf_map_lookup_elem(&scratch_space, &zero);
+}
+
+/* Whether `len`, as returned by a path resolver, is a usable path length; counts it if not. */
+static __always_inline int resolved(long len)
+{
+	if (len <= 0 || len > PATH_BUF_LEN) {
+		stat_inc(PALISADE_STAT_UNDECIDED);
 		return 0;
-	struct decision d = {};
-	if (match_path(target, s, &file->f_path, perms, &d) < 0 || d.action == PALISADE_ACTION_NONE)
-		return 0;
-	__s32 error = d.action == PALISADE_ACTION_DENY ? -EPERM : 0;
-	struct palisade_event *e = new_event(hook, &d, target->policy_id, target_cgroup_id, error);
+	}
+	return 1;
+}
+
+/* Reports a path decision (the path is in s->path) and returns its error. */
+static __always_inline int decide_path(__u32 hook, const struct palisade_verdict *d,
+				       const struct subject *subject, struct scratch *s,
+				       struct inode *inode, __u32 perms, __u32 arg)
+{
+	struct palisade_event *e = new_event(hook, d, subject);
 	if (e) {
-		struct inode *inode = file->f_inode;
-		e->ino = BPF_CORE_READ(inode, i_ino);
-		e->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+		if (inode) {
+			e->ino = BPF_CORE_READ(inode, i_ino);
+			e->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+			e->rdev = BPF_CORE_READ(inode, i_rdev);
+		}
 		e->perms = perms;
-		e->object_pid = 0;
-		e->signal = 0;
+		e->arg = arg;
 		__builtin_memcpy(e->path, s->path, sizeof(e->path));
 		e->path[sizeof(e->path) - 1] = 0;
 		submit_event(e);
 	}
-	return error;
+	return verdict_error(d);
+}
+
+/* The body of the hooks on an open file (open, exec, mmap): find the target, match, decide. */
+static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms)
+{
+	if (!perms)
+		return 0;
+	struct subject subject;
+	if (!find_subject(&subject))
+		return 0;
+	struct scratch *s = scratch();
+	if (!s)
+		return 0;
+	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);
+	if (!resolved(len))
+		return 0;
+	struct palisade_verdict d = {};
+	match_path(subject.target, s, len, perms, &d);
+	/* A block device is one whatever its path: matched by the inode's type. */
+	struct inode *inode = file->f_inode;
+	if ((perms & (PALISADE_PERM_READ | PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) &&
+	    (BPF_CORE_READ(inode, i_mode) & S_IFMT) == S_IFBLK)
+		consider(&d, subject.policy->block_device_open.action,
+			 subject.policy->block_device_open.rule_id);
+	if (d.action == PALISADE_ACTION_NONE)
+		return 0;
+	return decide_path(hook, &d, &subject, s, inode, perms, 0);
 }
 
 #endif

@@ -1,34 +1,43 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * Process hooks: a target may not signal or trace the process that loaded these programs (the
- * agent, or `palisade run`), which would end its enforcement.
+ * Process hooks. A target may not signal or trace the process that loaded these programs (the
+ * agent, or `palisade run`), which would end its enforcement; and a policy may forbid tracing or
+ * inspecting (/proc/PID/root, mem, environ...) processes outside the target.
  */
 #include "common.h"
 
-/* -EPERM (reported) when the current task is a target and `object` is the protected process. */
-static __always_inline int protect_loader(struct task_struct *object, __u32 hook, __u32 signal)
+static __always_inline int self_protection(struct task_struct *object, __u32 hook,
+					   const struct subject *subject, __u32 arg)
 {
-	__u32 zero = 0;
-	struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
-	if (!cfg || !cfg->protected_pid || (__u64)object->tgid != cfg->protected_pid)
-		return 0;
-	__u64 target_cgroup_id = 0;
-	struct palisade_target *target = current_target(&target_cgroup_id);
-	if (!target)
-		return 0;
-	struct decision d = { .action = PALISADE_ACTION_DENY,
-			      .rule_id = PALISADE_RULE_SELF_PROTECTION };
-	struct palisade_event *e = new_event(hook, &d, target->policy_id, target_cgroup_id, -EPERM);
+	struct palisade_verdict d = { .action = PALISADE_ACTION_DENY | PALISADE_ACTION_AUDIT,
+				      .rule_id = PALISADE_RULE_SELF_PROTECTION };
+	struct palisade_event *e = new_event(hook, &d, subject);
 	if (e) {
-		e->ino = 0;
-		e->dev = 0;
-		e->perms = 0;
 		e->object_pid = object->tgid;
-		e->signal = signal;
-		e->path[0] = 0;
+		e->arg = arg;
 		submit_event(e);
 	}
 	return -EPERM;
+}
+
+static __always_inline int is_protected(struct task_struct *object)
+{
+	__u32 zero = 0;
+	struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	return cfg && cfg->protected_pid && (__u64)object->tgid == cfg->protected_pid;
+}
+
+/* Whether `task` is in the target's cgroup or below it. */
+static __always_inline int in_target(struct task_struct *task, const struct subject *subject)
+{
+	struct cgroup *cgroup = BPF_CORE_READ(task, cgroups, dfl_cgrp);
+	__u32 level = subject->target_level & PALISADE_MAX_LEVEL;
+	if ((__u32)BPF_CORE_READ(cgroup, level) < level)
+		return 0;
+	struct cgroup *ancestor = NULL;
+	if (bpf_core_read(&ancestor, sizeof(ancestor), &cgroup->ancestors[level]))
+		return 0;
+	return BPF_CORE_READ(ancestor, kn, id) == subject->target_cgroup_id;
 }
 
 SEC("lsm/task_kill")
@@ -37,9 +46,12 @@ int BPF_PROG(task_kill, struct task_struct *p, void *info, int sig, const void *
 	if (ret)
 		return ret;
 	/* Signal 0 only asks whether the process exists. */
-	if (!sig)
+	if (!sig || !is_protected(p))
 		return 0;
-	return protect_loader(p, PALISADE_HOOK_TASK_KILL, sig);
+	struct subject subject;
+	if (!find_subject(&subject))
+		return 0;
+	return self_protection(p, PALISADE_HOOK_TASK_KILL, &subject, sig);
 }
 
 SEC("lsm/ptrace_access_check")
@@ -47,5 +59,19 @@ int BPF_PROG(ptrace_access_check, struct task_struct *child, unsigned int mode, 
 {
 	if (ret)
 		return ret;
-	return protect_loader(child, PALISADE_HOOK_PTRACE_ACCESS_CHECK, 0);
+	struct subject subject;
+	if (!find_subject(&subject))
+		return 0;
+	if (is_protected(child))
+		return self_protection(child, PALISADE_HOOK_PTRACE_ACCESS_CHECK, &subject, mode);
+	struct palisade_verdict d = subject.policy->ptrace_outside;
+	if (d.action == PALISADE_ACTION_NONE || in_target(child, &subject))
+		return 0;
+	struct palisade_event *e = new_event(PALISADE_HOOK_PTRACE_ACCESS_CHECK, &d, &subject);
+	if (e) {
+		e->object_pid = child->tgid;
+		e->arg = mode;
+		submit_event(e);
+	}
+	return verdict_error(&d);
 }

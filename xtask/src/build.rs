@@ -93,8 +93,14 @@ fn copy_into(root: &Path, from: &Path, to: &str) -> anyhow::Result<()> {
 }
 
 /// Lays out an initramfs root: static busybox, `binaries` (stripped) under /palisade/bin with
-/// their libraries, the examples, and `init`. Returns the gzipped cpio archive.
-pub fn initramfs(dir: &Path, binaries: &[(&str, &Path)], init: &str) -> anyhow::Result<PathBuf> {
+/// their libraries, the examples, `files` (source, path in the image), and `init`. Returns the
+/// gzipped cpio archive.
+pub fn initramfs(
+    dir: &Path,
+    binaries: &[(&str, &Path)],
+    files: &[(PathBuf, String)],
+    init: &str,
+) -> anyhow::Result<PathBuf> {
     let root = dir.join("root");
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root)?;
@@ -129,6 +135,9 @@ pub fn initramfs(dir: &Path, binaries: &[(&str, &Path)], init: &str) -> anyhow::
                 path.file_name().expect("a file").to_string_lossy()
             ),
         )?;
+    }
+    for (source, target) in files {
+        copy_into(&root, source, target)?;
     }
     let init_path = root.join("init");
     std::fs::write(&init_path, init)?;

@@ -6,7 +6,7 @@ use std::{
     process::Command,
 };
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 
 pub fn cache_dir() -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")
@@ -56,17 +56,43 @@ fn resolve(series: &str) -> anyhow::Result<String> {
         .with_context(|| format!("linux-image-amd64={version} names no image package"))
 }
 
-/// The path of the `vmlinuz` of `series`, downloading and extracting it on first use.
-pub fn vmlinuz(series: &str) -> anyhow::Result<PathBuf> {
+/// Kernel modules the VM loads: a RAM disk (block devices) and a block-device file system, so
+/// that the rules on disk devices meet real ones.
+const MODULES: [&str; 2] = ["drivers/block/brd", "fs/minix/minix"];
+
+/// A Debian kernel, extracted from its package.
+pub struct Kernel {
+    pub vmlinuz: PathBuf,
+    /// `uname -r` of the kernel.
+    pub release: String,
+    /// The `MODULES`, uncompressed.
+    pub modules: Vec<PathBuf>,
+}
+
+/// The kernel of `series`, downloading and extracting it on first use.
+pub fn fetch(series: &str) -> anyhow::Result<Kernel> {
     let package = resolve(series)?;
+    let release = package
+        .strip_prefix("linux-image-")
+        .with_context(|| format!("{package} is not a linux-image package"))?
+        .to_owned();
     let dir = cache_dir().join("kernels");
     std::fs::create_dir_all(&dir)?;
-    let image = dir.join(format!("{package}.vmlinuz"));
-    if image.exists() {
-        return Ok(image);
+    let kernel = Kernel {
+        vmlinuz: dir.join(format!("{package}.vmlinuz")),
+        modules: MODULES
+            .iter()
+            .map(|module| {
+                let name = module.rsplit('/').next().expect("a name");
+                dir.join(format!("{package}.modules/{name}.ko"))
+            })
+            .collect(),
+        release,
+    };
+    if kernel.vmlinuz.exists() && kernel.modules.iter().all(|module| module.exists()) {
+        return Ok(kernel);
     }
-    let deb = find_deb(&dir, &package)?;
-    let deb = match deb {
+    let deb = match find_deb(&dir, &package)? {
         Some(deb) => deb,
         None => {
             eprintln!("xtask: downloading {package}");
@@ -82,25 +108,35 @@ pub fn vmlinuz(series: &str) -> anyhow::Result<PathBuf> {
     let extract = dir.join(format!("{package}.extract"));
     let _ = std::fs::remove_dir_all(&extract);
     std::fs::create_dir_all(&extract)?;
+    let module_patterns: Vec<String> = MODULES
+        .iter()
+        .map(|module| format!("'./lib/modules/*/kernel/{module}.ko*'"))
+        .collect();
     let script = format!(
-        "dpkg-deb --fsys-tarfile '{}' | tar -x -C '{}' --wildcards './boot/vmlinuz-*'",
+        "dpkg-deb --fsys-tarfile '{}' | tar -x -C '{}' --wildcards './boot/vmlinuz-*' {}",
         deb.display(),
-        extract.display()
+        extract.display(),
+        module_patterns.join(" ")
     );
     output(Command::new("sh").args(["-c", &script]))?;
-    let boot = std::fs::read_dir(extract.join("boot"))?
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .find(|path| {
-            path.file_name()
-                .is_some_and(|name| name.to_string_lossy().starts_with("vmlinuz-"))
-        });
-    let Some(found) = boot else {
-        bail!("{} holds no vmlinuz", deb.display())
-    };
-    std::fs::rename(found, &image)?;
+    std::fs::rename(
+        extract.join(format!("boot/vmlinuz-{}", kernel.release)),
+        &kernel.vmlinuz,
+    )
+    .with_context(|| format!("{} holds no vmlinuz-{}", deb.display(), kernel.release))?;
+    let modules_dir = dir.join(format!("{package}.modules"));
+    std::fs::create_dir_all(&modules_dir)?;
+    for (module, target) in MODULES.iter().zip(&kernel.modules) {
+        let packed = extract.join(format!("lib/modules/{}/kernel/{module}.ko", kernel.release));
+        let compressed = packed.with_extension("ko.xz");
+        if compressed.exists() {
+            output(Command::new("xz").arg("-d").arg(&compressed))?;
+        }
+        std::fs::rename(&packed, target)
+            .with_context(|| format!("{} holds no {module}.ko", deb.display()))?;
+    }
     std::fs::remove_dir_all(&extract)?;
-    Ok(image)
+    Ok(kernel)
 }
 
 fn find_deb(dir: &Path, package: &str) -> anyhow::Result<Option<PathBuf>> {

@@ -32,6 +32,7 @@ mkdir -p /sys/fs/cgroup /sys/fs/bpf
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 mount -t bpf bpf /sys/fs/bpf
 ip link set lo up
+for module in /palisade/modules/$(uname -r)/*.ko; do [ -e "$module" ] && insmod "$module"; done
 hostname palisade-vm
 echo "palisade-vm: kernel $(uname -r), lsm=$(cat /sys/kernel/security/lsm)"
 cd /palisade
@@ -134,6 +135,22 @@ pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
          /palisade/bin/enforcement --test-threads=1 {}",
         filter.unwrap_or_default()
     );
+    let kernels: Vec<(&String, kernels::Kernel)> = kernels
+        .iter()
+        .map(|series| Ok((series, kernels::fetch(series)?)))
+        .collect::<anyhow::Result<_>>()?;
+    let modules: Vec<(PathBuf, String)> = kernels
+        .iter()
+        .flat_map(|(_, kernel)| {
+            kernel.modules.iter().map(|module| {
+                let name = module.file_name().expect("a file").to_string_lossy();
+                (
+                    module.clone(),
+                    format!("/palisade/modules/{}/{}", kernel.release, name),
+                )
+            })
+        })
+        .collect();
     let initrd = build::initramfs(
         &work_dir("test")?,
         &[
@@ -141,13 +158,13 @@ pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
             ("probe", &binaries.probe),
             ("enforcement", &binaries.kernel_tests),
         ],
+        &modules,
         &init_script(&body),
     )?;
     let mut report = Vec::new();
-    for series in kernels {
-        let vmlinuz = kernels::vmlinuz(series)?;
+    for (series, kernel) in &kernels {
         let label = format!("linux-{series}");
-        let (console, status) = match boot(&label, &vmlinuz, &initrd) {
+        let (console, status) = match boot(&label, &kernel.vmlinuz, &initrd) {
             Ok(run) => run,
             Err(err) => {
                 eprintln!("{err:#}");
@@ -184,11 +201,12 @@ pub fn demo(series: &str) -> anyhow::Result<()> {
     let initrd = build::initramfs(
         &work_dir("demo")?,
         &[("palisade", &binaries.palisade)],
+        &[],
         &init_script(include_str!("demo.sh")),
     )?;
     let (_, status) = boot(
         &format!("linux-{series}"),
-        &kernels::vmlinuz(series)?,
+        &kernels::fetch(series)?.vmlinuz,
         &initrd,
     )?;
     ensure!(status == 0, "the demo failed (status {status})");

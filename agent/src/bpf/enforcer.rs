@@ -15,15 +15,16 @@ use aya::{
     programs::Lsm,
 };
 use palisade_common::{
-    Config, GlobKey, GlobRule, KEY_PATH_LEN, PathVerdict, STAT_EVENTS, STAT_EVENTS_DROPPED,
-    STAT_UNDECIDED, Target, TriePath,
+    Config, GlobKey, GlobRule, KEY_PATH_LEN, MountTypeKey, NetworkKeyData, PathVerdict,
+    Policy as KernelPolicy, STAT_EVENTS, STAT_EVENTS_DROPPED, STAT_UNDECIDED, SocketKey, Target,
+    TriePath, Verdict,
 };
 
 use tracing::warn;
 
 use super::{LoadError, OBJECT, PROGRAMS, Preflight};
 use crate::{
-    policy::{CompiledPolicy, TrieEntry},
+    policy::{CompiledPolicy, NetworkEntry, TrieEntry},
     targets::Cgroup,
 };
 
@@ -101,6 +102,10 @@ pub struct Enforcer {
     prefixes: LpmTrie<MapData, TriePath, PathVerdict>,
     suffixes: LpmTrie<MapData, TriePath, PathVerdict>,
     globs: BpfHashMap<MapData, GlobKey, GlobRule>,
+    policies: BpfHashMap<MapData, u32, KernelPolicy>,
+    mount_types: BpfHashMap<MapData, MountTypeKey, Verdict>,
+    sockets: BpfHashMap<MapData, SocketKey, Verdict>,
+    network: LpmTrie<MapData, NetworkKeyData, Verdict>,
     stats: PerCpuArray<MapData, u64>,
     sync_barrier: ArrayOfMaps<MapData>,
     sync_inner: MapData,
@@ -118,6 +123,33 @@ where
     ebpf.take_map(name)
         .and_then(|map| T::try_from(map).ok())
         .ok_or(LoadError::Map(name))
+}
+
+fn mount_type_key(policy_id: u32, fs_type: &[u8; 16]) -> MountTypeKey {
+    MountTypeKey {
+        policy_id,
+        fs_type: *fs_type,
+    }
+}
+
+fn socket_key(policy_id: u32, (family, protocol): (u32, u32)) -> SocketKey {
+    SocketKey {
+        policy_id,
+        family,
+        protocol,
+    }
+}
+
+fn network_key(policy_id: u32, entry: &NetworkEntry) -> Key<NetworkKeyData> {
+    let data = NetworkKeyData {
+        policy_id,
+        protocol: entry.protocol,
+        reserved: 0,
+        port: entry.port,
+        addr: entry.block.addr,
+    };
+    // policy_id, protocol, reserved and port are always matched in full.
+    Key::new(64 + entry.block.bits, data)
 }
 
 fn trie_key(policy_id: u32, bytes: &[u8]) -> Key<TriePath> {
@@ -154,6 +186,10 @@ impl Enforcer {
             prefixes: take(&mut ebpf, "path_prefixes")?,
             suffixes: take(&mut ebpf, "path_suffixes")?,
             globs: take(&mut ebpf, "globs")?,
+            policies: take(&mut ebpf, "policies")?,
+            mount_types: take(&mut ebpf, "mount_types")?,
+            sockets: take(&mut ebpf, "sockets")?,
+            network: take(&mut ebpf, "network")?,
             stats: take(&mut ebpf, "stats")?,
             sync_barrier: take(&mut ebpf, "sync_barrier")?,
             sync_inner: match ebpf.take_map("sync_inner") {
@@ -299,6 +335,18 @@ impl Enforcer {
     }
 
     fn write_entries(&mut self, policy_id: u32, policy: &CompiledPolicy) -> Result<(), MapError> {
+        for (fs_type, verdict) in &policy.mount_types {
+            self.mount_types
+                .insert(mount_type_key(policy_id, fs_type), verdict, 0)?;
+        }
+        for (key, verdict) in &policy.sockets {
+            self.sockets
+                .insert(socket_key(policy_id, *key), verdict, 0)?;
+        }
+        for entry in &policy.network {
+            self.network
+                .insert(&network_key(policy_id, entry), entry.verdict, 0)?;
+        }
         for (index, glob) in policy.globs.iter().enumerate() {
             self.globs.insert(
                 GlobKey {
@@ -317,11 +365,22 @@ impl Enforcer {
             self.prefixes
                 .insert(&trie_key(policy_id, key), verdict, 0)?;
         }
-        Ok(())
+        // Last: programs find a policy's other entries through this one.
+        self.policies.insert(policy_id, policy.switches, 0)
     }
 
     /// Best effort: entries that were never written are simply absent.
     fn delete_entries(&mut self, policy_id: u32, policy: &CompiledPolicy) {
+        let _ = self.policies.remove(&policy_id);
+        for (fs_type, _) in &policy.mount_types {
+            let _ = self.mount_types.remove(&mount_type_key(policy_id, fs_type));
+        }
+        for (key, _) in &policy.sockets {
+            let _ = self.sockets.remove(&socket_key(policy_id, *key));
+        }
+        for entry in &policy.network {
+            let _ = self.network.remove(&network_key(policy_id, entry));
+        }
         for index in 0..policy.globs.len() {
             let _ = self.globs.remove(&GlobKey {
                 policy_id,

@@ -18,7 +18,7 @@ use tracing::{error, info, warn};
 use super::session::Session;
 use crate::{
     bpf::Enforcer,
-    policy::{CompiledPolicy, PolicyError, Target},
+    policy::{CompiledPolicy, Environment, PolicyError, Target},
     targets::{Cgroup, Hierarchy},
 };
 
@@ -60,6 +60,7 @@ pub struct PolicyDir {
     enforced: HashMap<PathBuf, Enforced>,
     /// The last error of each file, so that a lasting problem is reported once.
     reported: HashMap<PathBuf, String>,
+    environment: Environment,
 }
 
 fn is_policy_file(path: &Path) -> bool {
@@ -76,12 +77,13 @@ impl PolicyDir {
             cgroups,
             enforced: HashMap::new(),
             reported: HashMap::new(),
+            environment: Environment::from_process(),
         }
     }
 
     fn prepare(&self, file: &Path, text: &str) -> Result<(CompiledPolicy, Cgroup), PolicyError> {
         let policy = crate::policy::Policy::parse(file, text)?;
-        let compiled = crate::policy::compile(file, &policy)?;
+        let compiled = crate::policy::compile(file, &policy, &self.environment)?;
         let Some(Target { cgroup_path }) = &policy.spec.target else {
             return Err(PolicyError::new(
                 file,
@@ -349,7 +351,7 @@ mod tests {
 
         fn write(&self, file: &str, name: &str, cgroup: &str) {
             let text = format!(
-                "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\nspec:\n  target:\n    cgroupPath: {cgroup}\n  rules:\n    exec:\n      - paths: [/bin/sh]\n        action: deny\n"
+                "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\nspec:\n  target:\n    cgroupPath: {cgroup}\n  mode: RuntimeDefault\n"
             );
             std::fs::write(self.base.join("policies").join(file), text).unwrap();
         }
@@ -406,11 +408,11 @@ mod tests {
         let mut setup = Setup::new("broken");
         setup.write("app.yaml", "v1", "app");
         setup.reconcile();
-        std::fs::write(setup.base.join("policies/app.yaml"), "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata: {name: v2}\nspec: {rulez: []}\n").unwrap();
+        std::fs::write(setup.base.join("policies/app.yaml"), "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata: {name: v2}\nspec: {mode: AlwaysAllow, rulez: []}\n").unwrap();
         assert_eq!(
             setup.reconcile(),
             [
-                "/policies/app.yaml: spec: unknown field `rulez`, expected `target` or `rules` at line 4 column 8; the previous version stays enforced"
+                "/policies/app.yaml: spec: unknown field `rulez`, expected one of `target`, `mode`, `enhanceProtect` at line 4 column 27; the previous version stays enforced"
             ]
         );
         assert_eq!(setup.enforced("app"), Some("v1"));

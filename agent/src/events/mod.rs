@@ -6,10 +6,16 @@ pub use reader::EventReader;
 
 use std::time::{Duration, SystemTime};
 
+use std::net::Ipv6Addr;
+
 use palisade_common::{
-    ACTION_AUDIT, ACTION_DENY, Event, HOOK_BPRM_CHECK, HOOK_FILE_OPEN, HOOK_MMAP_FILE,
-    HOOK_PTRACE_ACCESS_CHECK, HOOK_TASK_KILL, PERM_APPEND, PERM_EXEC, PERM_READ, PERM_WRITE,
-    RULE_SELF_PROTECTION,
+    ACTION_AUDIT, ACTION_DENY, Event, HOOK_BPF, HOOK_BPRM_CHECK, HOOK_CAPABLE, HOOK_FILE_OPEN,
+    HOOK_FS_CONTEXT_PARSE_PARAM, HOOK_MMAP_FILE, HOOK_MOVE_MOUNT, HOOK_PATH_CHMOD, HOOK_PATH_LINK,
+    HOOK_PATH_MKDIR, HOOK_PATH_RENAME, HOOK_PATH_RMDIR, HOOK_PATH_SYMLINK, HOOK_PATH_TRUNCATE,
+    HOOK_PATH_UNLINK, HOOK_PTRACE_ACCESS_CHECK, HOOK_SB_KERN_MOUNT, HOOK_SB_MOUNT, HOOK_SB_UMOUNT,
+    HOOK_SOCKET_CONNECT, HOOK_SOCKET_CREATE, HOOK_SOCKET_SENDMSG, HOOK_SOCKET_SETSOCKOPT,
+    HOOK_TASK_KILL, HOOK_UNIX_STREAM_CONNECT, HOOK_USERNS_CREATE, PERM_APPEND, PERM_CONNECT,
+    PERM_EXEC, PERM_READ, PERM_WRITE, RULE_SELF_PROTECTION,
 };
 use serde::Serialize;
 
@@ -49,6 +55,67 @@ pub struct AuditEvent {
     /// task_kill: the signal.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<u32>,
+    /// capable: the capability, e.g. "CAP_SYS_ADMIN".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capability: Option<String>,
+    /// Mount hooks: the file system type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fs_type: Option<String>,
+    /// Socket hooks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<SocketInfo>,
+    /// A device file: "major:minor" of the device it stands for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rdev: Option<String>,
+    /// path_chmod: the mode; bpf: the command; ptrace_access_check: the mode;
+    /// socket_setsockopt: level << 16 | option; socket_create: the type.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arg: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SocketInfo {
+    pub family: u32,
+    pub protocol: u32,
+    /// socket_connect and socket_sendmsg: the destination (IPv4 addresses in IPv4 form).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u32>,
+}
+
+/// Hook numbers and the names events give them.
+const HOOKS: &[(u32, &str)] = &[
+    (HOOK_FILE_OPEN, "file_open"),
+    (HOOK_BPRM_CHECK, "bprm_check_security"),
+    (HOOK_MMAP_FILE, "mmap_file"),
+    (HOOK_TASK_KILL, "task_kill"),
+    (HOOK_PTRACE_ACCESS_CHECK, "ptrace_access_check"),
+    (HOOK_PATH_TRUNCATE, "path_truncate"),
+    (HOOK_PATH_UNLINK, "path_unlink"),
+    (HOOK_PATH_RENAME, "path_rename"),
+    (HOOK_PATH_LINK, "path_link"),
+    (HOOK_PATH_SYMLINK, "path_symlink"),
+    (HOOK_PATH_CHMOD, "path_chmod"),
+    (HOOK_PATH_MKDIR, "path_mkdir"),
+    (HOOK_PATH_RMDIR, "path_rmdir"),
+    (HOOK_SB_MOUNT, "sb_mount"),
+    (HOOK_MOVE_MOUNT, "move_mount"),
+    (HOOK_FS_CONTEXT_PARSE_PARAM, "fs_context_parse_param"),
+    (HOOK_SB_KERN_MOUNT, "sb_kern_mount"),
+    (HOOK_SB_UMOUNT, "sb_umount"),
+    (HOOK_CAPABLE, "capable"),
+    (HOOK_USERNS_CREATE, "userns_create"),
+    (HOOK_BPF, "bpf"),
+    (HOOK_SOCKET_SETSOCKOPT, "socket_setsockopt"),
+    (HOOK_SOCKET_CREATE, "socket_create"),
+    (HOOK_SOCKET_CONNECT, "socket_connect"),
+    (HOOK_SOCKET_SENDMSG, "socket_sendmsg"),
+    (HOOK_UNIX_STREAM_CONNECT, "unix_stream_connect"),
+];
+
+fn device(encoded: u32) -> String {
+    format!("{}:{}", encoded >> 20, encoded & 0xfffff)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -106,6 +173,7 @@ impl Decoder {
         // SAFETY: Event is a plain C struct valid for any bit pattern; the length was checked.
         let event: Event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
         let installed = self.registry.get(event.policy_id);
+        let hook = event.hook;
         let rule = if event.rule_id == RULE_SELF_PROTECTION {
             Some(SELF_PROTECTION)
         } else {
@@ -118,6 +186,7 @@ impl Decoder {
             (PERM_WRITE, "write"),
             (PERM_APPEND, "append"),
             (PERM_EXEC, "exec"),
+            (PERM_CONNECT, "connect"),
         ]
         .into_iter()
         .filter(|(bit, _)| event.perms & bit != 0)
@@ -129,18 +198,16 @@ impl Decoder {
             )
             .to_string(),
             node: self.node.clone(),
-            hook: match event.hook {
-                HOOK_FILE_OPEN => "file_open",
-                HOOK_BPRM_CHECK => "bprm_check_security",
-                HOOK_MMAP_FILE => "mmap_file",
-                HOOK_TASK_KILL => "task_kill",
-                HOOK_PTRACE_ACCESS_CHECK => "ptrace_access_check",
-                _ => "unknown",
-            },
-            action: match event.action {
-                ACTION_DENY => "deny",
-                ACTION_AUDIT => "audit",
-                _ => "unknown",
+            hook: HOOKS
+                .iter()
+                .find(|(number, _)| *number == event.hook)
+                .map_or("unknown", |(_, name)| name),
+            action: if event.action & ACTION_DENY != 0 {
+                "deny"
+            } else if event.action & ACTION_AUDIT != 0 {
+                "audit"
+            } else {
+                "unknown"
             },
             policy: installed
                 .as_ref()
@@ -159,12 +226,44 @@ impl Decoder {
             uid: event.uid,
             comm: c_string(&event.comm),
             path: c_string(&event.path),
-            dev: format!("{}:{}", event.dev >> 20, event.dev & 0xfffff),
+            dev: device(event.dev),
             ino: event.ino,
             permissions,
             errno: -event.error,
             object_pid: (event.object_pid != 0).then_some(event.object_pid),
-            signal: (event.signal != 0).then_some(event.signal),
+            signal: (hook == HOOK_TASK_KILL).then_some(event.arg),
+            capability: (hook == HOOK_CAPABLE).then(|| {
+                crate::policy::CAPABILITIES
+                    .get(event.arg as usize)
+                    .map_or_else(
+                        || event.arg.to_string(),
+                        |name| format!("CAP_{}", name.to_ascii_uppercase()),
+                    )
+            }),
+            fs_type: (event.fs_type[0] != 0).then(|| c_string(&event.fs_type)),
+            socket: (event.family != 0).then(|| {
+                let destination = matches!(hook, HOOK_SOCKET_CONNECT | HOOK_SOCKET_SENDMSG);
+                let address = Ipv6Addr::from(event.addr);
+                SocketInfo {
+                    family: event.family,
+                    protocol: event.protocol,
+                    address: destination.then(|| match address.to_ipv4_mapped() {
+                        Some(v4) => v4.to_string(),
+                        None => address.to_string(),
+                    }),
+                    port: destination.then_some(event.port),
+                }
+            }),
+            rdev: (event.rdev != 0).then(|| device(event.rdev)),
+            arg: matches!(
+                hook,
+                HOOK_PATH_CHMOD
+                    | HOOK_BPF
+                    | HOOK_PTRACE_ACCESS_CHECK
+                    | HOOK_SOCKET_SETSOCKOPT
+                    | HOOK_SOCKET_CREATE
+            )
+            .then_some(event.arg),
         })
     }
 }

@@ -1,17 +1,24 @@
 //! Policies: the file format, and the pure compilation of a policy into BPF map entries.
 
+mod catalog;
 mod compile;
+mod effect;
 mod model;
 mod pattern;
 
 use std::path::Path;
 
-pub use compile::{CompiledPolicy, RuleInfo, TrieEntry, compile};
-pub use model::{Action, ExecRule, FileRule, Permission, Policy, Rules, Spec, Target};
+pub use catalog::{CAPABILITIES, Environment};
+pub use compile::{CompiledPolicy, NetworkEntry, RuleInfo, TrieEntry, compile};
+pub use effect::AddressBlock;
+pub use model::{
+    Action, CapabilityRule, CustomRules, EnhanceProtect, ExecRule, FileRule, Mode, MountRule,
+    NetworkRule, Permission, Policy, PortRange, Protocol, RuleRef, Spec, Target,
+};
 pub use pattern::Pattern;
 
 /// A policy that cannot be used, and why: the file, the field (a path such as
-/// `spec.rules.files[0].paths[1]`) and the reason.
+/// `spec.enhanceProtect.customRules.files[0].paths[1]`) and the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{file}: {field}: {reason}")]
 pub struct PolicyError {

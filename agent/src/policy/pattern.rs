@@ -9,6 +9,8 @@ const KEY_LEN: usize = KEY_PATH_LEN as usize;
 /// - `/etc/` or `/etc/**`: everything below the directory;
 /// - `PREFIX**SUFFIX`, e.g. `/proc/**/mem`: paths that start with PREFIX and end with SUFFIX,
 ///   where `**` stands for any characters, `/` included (`/**/` also matches a single `/`).
+///
+/// Patterns start with `/`, or with `@` for the abstract names of UNIX sockets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pattern {
     Exact(String),
@@ -18,7 +20,7 @@ pub enum Pattern {
 
 impl Pattern {
     pub fn parse(pattern: &str) -> Result<Self, String> {
-        if !pattern.starts_with('/') {
+        if !pattern.starts_with(['/', '@']) {
             return Err(format!("\"{pattern}\" is not an absolute path"));
         }
         if pattern.contains('\0') {

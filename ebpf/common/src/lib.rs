@@ -9,8 +9,10 @@ const _: () = assert!(
     core::mem::size_of::<TriePath>() == 256,
     "LPM key data is at most 256 bytes"
 );
-const _: () = assert!(core::mem::size_of::<PathVerdict>() == 40);
-const _: () = assert!(core::mem::size_of::<Event>() == 352);
+const _: () = assert!(core::mem::size_of::<PathVerdict>() == 48);
+const _: () = assert!(core::mem::size_of::<Policy>() == 8 + 8 * (CAP_COUNT as usize + 12));
+const _: () = assert!(core::mem::size_of::<NetworkKeyData>() == 24);
+const _: () = assert!(core::mem::size_of::<Event>() == 400);
 
 #[cfg(feature = "user")]
 mod user {
@@ -24,4 +26,9 @@ mod user {
     unsafe impl aya::Pod for GlobKey {}
     unsafe impl aya::Pod for GlobRule {}
     unsafe impl aya::Pod for Config {}
+    unsafe impl aya::Pod for Policy {}
+    unsafe impl aya::Pod for MountTypeKey {}
+    unsafe impl aya::Pod for SocketKey {}
+    unsafe impl aya::Pod for NetworkKeyData {}
+    unsafe impl aya::Pod for Verdict {}
 }

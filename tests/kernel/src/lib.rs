@@ -12,7 +12,7 @@ use aya::maps::{MapData, RingBuf};
 use palisade_agent::{
     bpf::Enforcer,
     events::{AuditEvent, Decoder},
-    policy::{CompiledPolicy, Policy, compile},
+    policy::{CompiledPolicy, Environment, Policy, compile},
     targets::{Cgroup, Hierarchy, join_in_child},
 };
 
@@ -51,17 +51,35 @@ pub fn binary(variable: &str) -> PathBuf {
     )
 }
 
-/// Compiles a policy whose `spec.rules` is `rules` (YAML, indented by four spaces).
-pub fn policy(name: &str, rules: &str) -> Arc<CompiledPolicy> {
+/// The API server address the tests' policies are compiled for.
+pub const KUBE_APISERVER: &str = "10.96.0.1";
+
+/// Compiles a policy whose `spec` is `spec` (YAML, indented by two spaces).
+pub fn policy_with_spec(name: &str, spec: &str) -> Arc<CompiledPolicy> {
     let text = format!(
-        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\nspec:\n  rules:\n{rules}"
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\nspec:\n{spec}"
     );
     let file = Path::new("test.yaml");
     let parsed = Policy::parse(file, &text).unwrap_or_else(|err| panic!("{err}"));
-    Arc::new(compile(file, &parsed).unwrap_or_else(|err| panic!("{err}")))
+    let env = Environment {
+        kube_apiserver: vec![KUBE_APISERVER.to_owned()],
+    };
+    Arc::new(compile(file, &parsed, &env).unwrap_or_else(|err| panic!("{err}")))
 }
 
-/// `spec.rules` of a policy that denies reading `paths` (a YAML list's contents).
+/// Compiles a policy with only `customRules` (YAML, indented by four spaces), whose denials
+/// are reported.
+pub fn policy(name: &str, rules: &str) -> Arc<CompiledPolicy> {
+    let rules: String = rules.lines().map(|line| format!("  {line}\n")).collect();
+    policy_with_spec(
+        name,
+        &format!(
+            "  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    auditViolations: true\n    customRules:\n{rules}"
+        ),
+    )
+}
+
+/// The custom rules of a policy that denies reading `paths` (a YAML list's contents).
 pub fn deny_read(paths: &str) -> String {
     format!(
         "    files:\n      - paths: [{paths}]\n        permissions: [read]\n        action: deny\n"
@@ -199,6 +217,56 @@ impl Drop for Kernel {
             let _ = cgroup.remove();
         }
     }
+}
+
+/// A fresh target protected by one built-in rule from `list` (privileged, so that the
+/// RuntimeDefault set stays out of the way; denials reported).
+pub fn protect_with_rule(kernel: &mut Kernel, list: &str, rule: &str) -> Cgroup {
+    let target = kernel.cgroup(None, rule);
+    kernel.apply(
+        &target,
+        policy_with_spec(
+            rule,
+            &format!(
+                "  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    auditViolations: true\n    {list}: [{rule}]\n"
+            ),
+        ),
+    );
+    target
+}
+
+/// Runs the probe with `args` in `target`: it must fail with `errno`, reported by exactly one
+/// audit event that names `rule`. Returns the event.
+pub fn assert_denied_once(
+    kernel: &mut Kernel,
+    target: &Cgroup,
+    rule: &str,
+    args: &[&str],
+    errno: i32,
+) -> AuditEvent {
+    kernel.events();
+    assert_eq!(
+        probe(Some(target), args),
+        Answer::Errno(errno),
+        "{rule}: {args:?} in the target"
+    );
+    let events = kernel.events();
+    assert_eq!(events.len(), 1, "{rule}: {args:?}: {events:#?}");
+    let event = events.into_iter().next().expect("one event");
+    assert_eq!(event.rule.as_deref(), Some(rule), "{event:#?}");
+    assert_eq!(event.action, "deny", "{event:#?}");
+    event
+}
+
+/// Runs the probe with `args` in `target`: it must succeed, unreported.
+pub fn assert_allowed(kernel: &mut Kernel, target: &Cgroup, args: &[&str]) {
+    kernel.events();
+    assert_eq!(
+        probe(Some(target), args),
+        Answer::Ok,
+        "{args:?} in the target"
+    );
+    assert_eq!(kernel.events(), [], "{args:?}");
 }
 
 /// Creates `path` with some content (and its directories).

@@ -7,6 +7,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+#[path = "enforcement/builtin_rules.rs"]
+mod builtin_rules;
+#[path = "enforcement/modes.rs"]
+mod modes;
+
 use palisade_kernel_tests::{
     Answer, EPERM, Kernel, binary, deny_read, file, policy, probe, spawn_probe,
 };
@@ -328,12 +333,12 @@ fn ten_thousand_rule_policy_loads_and_denies() {
     assert_eq!(probe(None, &["read", denied]), Answer::Ok);
     let events = kernel.events();
     assert_eq!(events.len(), 1);
-    assert_eq!(events[0].rule.as_deref(), Some("files[7777]"));
+    assert_eq!(events[0].rule.as_deref(), Some("customRules.files[7777]"));
 }
 
 fn write_policy(path: &str, name: &str, cgroup: &str, denied: &str) {
     std::fs::write(path, format!(
-        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\nspec:\n  target:\n    cgroupPath: {cgroup}\n  rules:\n    files:\n      - paths: [{denied}]\n        permissions: [read]\n        action: deny\n"
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\nspec:\n  target:\n    cgroupPath: {cgroup}\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    auditViolations: true\n    customRules:\n      files:\n        - paths: [{denied}]\n          permissions: [read]\n          action: deny\n"
     )).unwrap();
 }
 
@@ -408,7 +413,7 @@ fn palisade_run_denies_reports_and_cleans_up() {
     let _kernel = Kernel::new();
     let secret = file("/tmp/run/secret");
     std::fs::write("/tmp/run/policy.yaml", format!(
-        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: run-policy\nspec:\n  rules:\n    files:\n      - name: secret\n        paths: [{secret}]\n        permissions: [read]\n        action: deny\n"
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: run-policy\nspec:\n  mode: EnhanceProtect\n  enhanceProtect:\n    auditViolations: true\n    customRules:\n      files:\n        - name: secret\n          paths: [{secret}]\n          permissions: [read]\n          action: deny\n"
     )).unwrap();
     let _ = std::fs::remove_file("/tmp/run/events.jsonl");
     let run = |args: &[&str]| {

@@ -1,0 +1,492 @@
+//! The built-in rules, by their vArmor names, and what each one is made of. Each rule is a list
+//! of effects in the kernel's terms; the compiler treats them exactly like custom rules.
+//!
+//! Where vArmor matches a string the caller controls, these match what the kernel resolved: the
+//! opened or executed file's path, the device behind a device file, the socket a UNIX connect
+//! reaches, the file system type of a mount, the protocol a socket really uses.
+
+use super::effect::{Effect, Switch};
+
+/// The list of `spec.enhanceProtect` a built-in rule belongs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Category {
+    Hardening,
+    AttackProtection,
+    VulMitigation,
+}
+
+impl Category {
+    pub fn field(self) -> &'static str {
+        match self {
+            Category::Hardening => "hardeningRules",
+            Category::AttackProtection => "attackProtectionRules",
+            Category::VulMitigation => "vulMitigationRules",
+        }
+    }
+}
+
+/// Facts about the machine some rules need, gathered by the caller (compilation stays pure).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Environment {
+    /// Addresses (IP or CIDR) of the Kubernetes API server, for block-access-to-kube-apiserver.
+    pub kube_apiserver: Vec<String>,
+}
+
+impl Environment {
+    /// From the variables Kubernetes sets in every pod (the agent's own, in a DaemonSet).
+    pub fn from_process() -> Self {
+        Self {
+            kube_apiserver: std::env::var("KUBERNETES_SERVICE_HOST")
+                .map(|host| vec![host])
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Capability names, by number (include/uapi/linux/capability.h).
+pub const CAPABILITIES: [&str; 41] = [
+    "chown",
+    "dac_override",
+    "dac_read_search",
+    "fowner",
+    "fsetid",
+    "kill",
+    "setgid",
+    "setuid",
+    "setpcap",
+    "linux_immutable",
+    "net_bind_service",
+    "net_broadcast",
+    "net_admin",
+    "net_raw",
+    "ipc_lock",
+    "ipc_owner",
+    "sys_module",
+    "sys_rawio",
+    "sys_chroot",
+    "sys_ptrace",
+    "sys_pacct",
+    "sys_admin",
+    "sys_boot",
+    "sys_nice",
+    "sys_resource",
+    "sys_time",
+    "sys_tty_config",
+    "mknod",
+    "lease",
+    "audit_write",
+    "audit_control",
+    "setfcap",
+    "mac_override",
+    "mac_admin",
+    "syslog",
+    "wake_alarm",
+    "block_suspend",
+    "audit_read",
+    "perfmon",
+    "bpf",
+    "checkpoint_restore",
+];
+
+/// The capability number of `name` (`sys_admin`, `sys-admin` or `CAP_SYS_ADMIN`).
+pub fn capability(name: &str) -> Option<u32> {
+    let name = name.to_ascii_lowercase().replace('-', "_");
+    let name = name.strip_prefix("cap_").unwrap_or(&name);
+    CAPABILITIES
+        .iter()
+        .position(|known| *known == name)
+        .map(|index| index as u32)
+}
+
+fn caps(names: &[&str]) -> u64 {
+    names.iter().fold(0, |mask, name| {
+        mask | 1 << capability(name).expect("a known capability")
+    })
+}
+
+const ALL_CAPS: u64 = (1 << CAPABILITIES.len()) - 1;
+
+/// What containerd grants by default; disable-cap-privileged denies every other capability.
+const DEFAULT_CAPS: [&str; 14] = [
+    "chown",
+    "dac_override",
+    "fowner",
+    "fsetid",
+    "kill",
+    "setgid",
+    "setuid",
+    "setpcap",
+    "net_bind_service",
+    "net_raw",
+    "sys_chroot",
+    "mknod",
+    "audit_write",
+    "setfcap",
+];
+
+const READ: u32 = palisade_common::PERM_READ;
+/// Writing covers appending, truncating, deleting, renaming, linking and chmod.
+const WRITE: u32 = palisade_common::PERM_WRITE | palisade_common::PERM_APPEND;
+const EXEC: u32 = palisade_common::PERM_EXEC;
+
+fn files(patterns: &[&str], perms: u32) -> Effect {
+    Effect::Paths {
+        patterns: patterns.iter().map(|p| (*p).to_owned()).collect(),
+        perms,
+    }
+}
+
+fn exec(names: &[&str]) -> Effect {
+    files(
+        &names
+            .iter()
+            .map(|name| format!("/**/{name}"))
+            .collect::<Vec<_>>()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        EXEC,
+    )
+}
+
+const AF_UNIX: u32 = libc::AF_UNIX as u32;
+const AF_INET: u32 = libc::AF_INET as u32;
+const AF_INET6: u32 = libc::AF_INET6 as u32;
+const AF_ALG: u32 = libc::AF_ALG as u32;
+/// Address families 1..AF_MAX (46 on 6.1 and 6.12).
+const AF_MAX: u32 = 46;
+const ANY: u32 = palisade_common::ANY_PROTOCOL;
+
+fn sockets(keys: &[(u32, u32)]) -> Effect {
+    Effect::Sockets(keys.to_vec())
+}
+
+fn unreachable(addresses: &[&str]) -> Effect {
+    Effect::Network {
+        addresses: addresses.iter().map(|a| (*a).to_owned()).collect(),
+        ports: Vec::new(),
+        protocols: Vec::new(),
+    }
+}
+
+/// The container runtimes' default hardening (containerd's and CRI-O's AppArmor defaults, as
+/// vArmor enforces them with BPF): kernel interfaces, every mount, tracing outside the target.
+pub fn runtime_default() -> Vec<Effect> {
+    vec![
+        files(
+            &[
+                "/proc/sysrq-trigger",
+                "/proc/**/mem",
+                "/proc/kmem",
+                "/proc/kcore",
+                "/sys/firmware/",
+                "/sys/devices/virtual/powercap/",
+                "/sys/kernel/security/",
+            ],
+            READ | WRITE,
+        ),
+        Effect::Switch(Switch::Mount),
+        Effect::Switch(Switch::PtraceOutside),
+    ]
+}
+
+/// Every built-in rule with the list it belongs in (`disable-cap-<name>` aside).
+pub const RULES: &[(&str, Category)] = &[
+    ("disallow-write-core-pattern", Category::Hardening),
+    ("disallow-write-release-agent", Category::Hardening),
+    ("disallow-access-kallsyms", Category::Hardening),
+    ("disallow-mount", Category::Hardening),
+    ("disallow-umount", Category::Hardening),
+    ("disallow-mount-procfs", Category::Hardening),
+    ("disallow-mount-cgroupfs", Category::Hardening),
+    ("disallow-mount-securityfs", Category::Hardening),
+    ("disallow-mount-disk-device", Category::Hardening),
+    ("disallow-debug-disk-device", Category::Hardening),
+    ("disallow-insmod", Category::Hardening),
+    ("disallow-load-bpf-prog", Category::Hardening),
+    ("disallow-load-all-bpf-prog", Category::Hardening),
+    ("disallow-load-bpf-via-setsockopt", Category::Hardening),
+    ("disallow-access-procfs-root", Category::Hardening),
+    ("disallow-abuse-user-ns", Category::Hardening),
+    ("disallow-create-user-ns", Category::Hardening),
+    ("disable-cap-all", Category::Hardening),
+    (
+        "disable-cap-all-except-net-bind-service",
+        Category::Hardening,
+    ),
+    ("disable-cap-privileged", Category::Hardening),
+    ("mitigate-sa-leak", Category::AttackProtection),
+    (
+        "mitigate-disk-device-number-leak",
+        Category::AttackProtection,
+    ),
+    ("mitigate-overlayfs-leak", Category::AttackProtection),
+    ("mitigate-host-ip-leak", Category::AttackProtection),
+    ("disable-write-etc", Category::AttackProtection),
+    ("disable-access-passwd", Category::AttackProtection),
+    ("disable-access-shadow", Category::AttackProtection),
+    ("disable-access-ssh-dir", Category::AttackProtection),
+    ("disable-shell", Category::AttackProtection),
+    ("disable-busybox", Category::AttackProtection),
+    ("disable-wget", Category::AttackProtection),
+    ("disable-curl", Category::AttackProtection),
+    ("disable-chmod", Category::AttackProtection),
+    ("disable-su-sudo", Category::AttackProtection),
+    ("disable-chmod-x-bit", Category::AttackProtection),
+    ("disable-chmod-s-bit", Category::AttackProtection),
+    ("disable-network", Category::AttackProtection),
+    ("disable-inet", Category::AttackProtection),
+    ("disable-inet6", Category::AttackProtection),
+    ("disable-unix-domain-socket", Category::AttackProtection),
+    ("disable-icmp", Category::AttackProtection),
+    ("disable-tcp", Category::AttackProtection),
+    ("disable-udp", Category::AttackProtection),
+    (
+        "block-access-to-metadata-service",
+        Category::AttackProtection,
+    ),
+    ("disallow-metadata-service", Category::AttackProtection),
+    ("block-access-to-kube-apiserver", Category::AttackProtection),
+    (
+        "block-access-to-container-runtime",
+        Category::AttackProtection,
+    ),
+    ("cgroups-lxcfs-escape-mitigation", Category::VulMitigation),
+    ("runc-override-mitigation", Category::VulMitigation),
+    ("copy-fail-mitigation", Category::VulMitigation),
+];
+
+/// Every name a policy may use: the rules above and `disable-cap-<name>` for each capability.
+pub fn known_names() -> Vec<(String, Category)> {
+    RULES
+        .iter()
+        .map(|(name, category)| ((*name).to_owned(), *category))
+        .chain(CAPABILITIES.iter().map(|cap| {
+            (
+                format!("disable-cap-{}", cap.replace('_', "-")),
+                Category::Hardening,
+            )
+        }))
+        .collect()
+}
+
+/// The effects of built-in rule `name`, or why it cannot be used here. `None` for an unknown
+/// name.
+pub fn effects(name: &str, env: &Environment) -> Option<Result<Vec<Effect>, String>> {
+    let effects = match name {
+        "disallow-write-core-pattern" => vec![files(&["/proc/sys/kernel/core_pattern"], WRITE)],
+        // Anywhere: a cgroup v1 hierarchy can be mounted at any path.
+        "disallow-write-release-agent" => vec![files(&["/**/release_agent"], WRITE)],
+        "disallow-access-kallsyms" => vec![files(&["/proc/kallsyms"], READ)],
+        "disallow-mount" => vec![Effect::Switch(Switch::Mount)],
+        "disallow-umount" => vec![Effect::Switch(Switch::Umount)],
+        "disallow-mount-procfs" => vec![Effect::MountTypes(vec!["proc".into()])],
+        "disallow-mount-cgroupfs" => {
+            vec![Effect::MountTypes(vec!["cgroup".into(), "cgroup2".into()])]
+        }
+        "disallow-mount-securityfs" => vec![Effect::MountTypes(vec!["securityfs".into()])],
+        // Any file system on a block device, whatever the device node is called.
+        "disallow-mount-disk-device" => vec![Effect::Switch(Switch::MountBlockDevice)],
+        // Any block device file, matched by the inode's type, not by its path.
+        "disallow-debug-disk-device" => vec![Effect::Switch(Switch::BlockDeviceOpen)],
+        "disallow-insmod" => vec![Effect::Capabilities(caps(&["sys_module"]))],
+        "disallow-load-bpf-prog" => vec![Effect::Capabilities(caps(&["sys_admin", "bpf"]))],
+        "disallow-load-all-bpf-prog" => vec![Effect::Switch(Switch::BpfProgLoad)],
+        "disallow-load-bpf-via-setsockopt" => vec![Effect::Switch(Switch::SetsockoptBpf)],
+        "disallow-access-procfs-root" => vec![Effect::Switch(Switch::PtraceOutside)],
+        // Capabilities gained by entering a new user namespace are what the abuse needs.
+        "disallow-abuse-user-ns" => vec![Effect::Switch(Switch::UsernsCapability)],
+        "disallow-create-user-ns" => vec![Effect::Switch(Switch::UsernsCreate)],
+        "disable-cap-all" => vec![Effect::Capabilities(ALL_CAPS)],
+        "disable-cap-all-except-net-bind-service" => vec![Effect::Capabilities(
+            ALL_CAPS & !caps(&["net_bind_service"]),
+        )],
+        "disable-cap-privileged" => vec![Effect::Capabilities(ALL_CAPS & !caps(&DEFAULT_CAPS))],
+        "mitigate-sa-leak" => vec![files(
+            &[
+                "/run/secrets/kubernetes.io/serviceaccount/",
+                "/var/run/secrets/kubernetes.io/serviceaccount/",
+            ],
+            READ,
+        )],
+        "mitigate-disk-device-number-leak" => {
+            vec![files(&["/proc/partitions", "/proc/**/mountinfo"], READ)]
+        }
+        "mitigate-overlayfs-leak" => {
+            vec![files(&["/proc/**/mounts", "/proc/**/mountinfo"], READ)]
+        }
+        "mitigate-host-ip-leak" => vec![files(&["/proc/**/net/arp"], READ)],
+        "disable-write-etc" => vec![files(&["/etc/"], WRITE)],
+        "disable-access-passwd" => vec![files(&["/etc/passwd"], READ | WRITE)],
+        "disable-access-shadow" => vec![files(&["/etc/shadow", "/etc/gshadow"], READ | WRITE)],
+        "disable-access-ssh-dir" => vec![files(
+            &[
+                "/root/.ssh/",
+                "/**/.ssh",
+                "/**/.ssh/authorized_keys",
+                "/**/.ssh/known_hosts",
+                "/**/.ssh/config",
+                "/**/.ssh/id_rsa",
+                "/**/.ssh/id_ecdsa",
+                "/**/.ssh/id_ed25519",
+                "/**/.ssh/id_dsa",
+            ],
+            READ | WRITE,
+        )],
+        "disable-shell" => vec![exec(&[
+            "sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "csh", "tcsh", "fish",
+        ])],
+        "disable-busybox" => vec![exec(&["busybox"])],
+        "disable-wget" => vec![exec(&["wget"])],
+        "disable-curl" => vec![exec(&["curl"])],
+        "disable-chmod" => vec![exec(&["chmod"])],
+        "disable-su-sudo" => vec![exec(&["su", "sudo"])],
+        "disable-chmod-x-bit" => vec![Effect::Switch(Switch::ChmodExecBits)],
+        "disable-chmod-s-bit" => vec![Effect::Switch(Switch::ChmodSetidBits)],
+        "disable-network" => vec![sockets(
+            &(1..AF_MAX).map(|family| (family, ANY)).collect::<Vec<_>>(),
+        )],
+        "disable-inet" => vec![sockets(&[(AF_INET, ANY)])],
+        "disable-inet6" => vec![sockets(&[(AF_INET6, ANY)])],
+        "disable-unix-domain-socket" => vec![sockets(&[(AF_UNIX, ANY)])],
+        "disable-icmp" => vec![sockets(&[
+            (AF_INET, libc::IPPROTO_ICMP as u32),
+            (AF_INET6, libc::IPPROTO_ICMPV6 as u32),
+        ])],
+        "disable-tcp" => vec![sockets(&[
+            (AF_INET, libc::IPPROTO_TCP as u32),
+            (AF_INET6, libc::IPPROTO_TCP as u32),
+        ])],
+        "disable-udp" => vec![sockets(&[
+            (AF_INET, libc::IPPROTO_UDP as u32),
+            (AF_INET6, libc::IPPROTO_UDP as u32),
+            (AF_INET, libc::IPPROTO_UDPLITE as u32),
+            (AF_INET6, libc::IPPROTO_UDPLITE as u32),
+        ])],
+        // AWS, GCP, Azure, OpenStack; AWS over IPv6; Volcengine; Alibaba Cloud; Oracle Cloud.
+        "block-access-to-metadata-service" | "disallow-metadata-service" => vec![unreachable(&[
+            "169.254.169.254",
+            "fd00:ec2::254",
+            "100.96.0.96",
+            "100.100.100.200",
+            "192.0.0.192",
+        ])],
+        "block-access-to-kube-apiserver" => {
+            if env.kube_apiserver.is_empty() {
+                return Some(Err("the API server's address is unknown \
+                                 (KUBERNETES_SERVICE_HOST is not set)"
+                    .to_owned()));
+            }
+            let addresses: Vec<&str> = env.kube_apiserver.iter().map(String::as_str).collect();
+            vec![unreachable(&addresses)]
+        }
+        // The name the runtime bound its socket to, whatever path the target connects through.
+        "block-access-to-container-runtime" => vec![Effect::Paths {
+            patterns: [
+                "/**/containerd.sock",
+                "/**/containerd.sock.ttrpc",
+                "/**/docker.sock",
+                "/**/crio.sock",
+                "/**/podman.sock",
+                "@/containerd-shim/",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            perms: palisade_common::PERM_CONNECT,
+        }],
+        "cgroups-lxcfs-escape-mitigation" => vec![files(
+            &[
+                "/**/release_agent",
+                "/**/devices.allow",
+                "/**/cgroup.procs",
+                "/**/devices/tasks",
+            ],
+            WRITE,
+        )],
+        // The host's runc, however the target reaches it (/proc/self/exe included).
+        "runc-override-mitigation" => vec![files(&["/**/runc"], WRITE)],
+        "copy-fail-mitigation" => vec![sockets(&[(AF_ALG, ANY)])],
+        other => {
+            let cap = other.strip_prefix("disable-cap-")?;
+            vec![Effect::Capabilities(1 << capability(cap)?)]
+        }
+    };
+    Some(Ok(effects))
+}
+
+/// The known name closest to `name`, if it is close enough to be a likely misspelling.
+pub fn closest(name: &str) -> Option<String> {
+    known_names()
+        .into_iter()
+        .map(|(known, _)| (edit_distance(name, &known), known))
+        .filter(|(distance, known)| *distance <= known.len() / 3 + 1)
+        .min()
+        .map(|(_, known)| known)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_rule_has_effects() {
+        let env = Environment {
+            kube_apiserver: vec!["10.96.0.1".into()],
+        };
+        for (name, _) in known_names() {
+            let effects = effects(&name, &env).unwrap_or_else(|| panic!("{name} is unknown"));
+            assert!(!effects.unwrap().is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn misspellings_suggest_the_rule() {
+        assert_eq!(closest("disalow-mount").as_deref(), Some("disallow-mount"));
+        assert_eq!(
+            closest("disable-cap-sys_admin").as_deref(),
+            Some("disable-cap-sys-admin")
+        );
+        assert_eq!(
+            closest("block-acess-to-metadata-service").as_deref(),
+            Some("block-access-to-metadata-service")
+        );
+        assert_eq!(closest("something-else-entirely"), None);
+    }
+
+    #[test]
+    fn capability_names_in_every_spelling() {
+        assert_eq!(capability("sys_admin"), Some(21));
+        assert_eq!(capability("CAP_SYS_ADMIN"), Some(21));
+        assert_eq!(capability("sys-admin"), Some(21));
+        assert_eq!(capability("checkpoint_restore"), Some(40));
+        assert_eq!(capability("sys_admn"), None);
+    }
+
+    #[test]
+    fn privileged_capabilities_leave_the_runtime_defaults() {
+        let Some(Ok(effects)) = effects("disable-cap-privileged", &Environment::default()) else {
+            panic!()
+        };
+        let [Effect::Capabilities(mask)] = effects.as_slice() else {
+            panic!()
+        };
+        assert_eq!(mask.count_ones(), 27);
+        assert_eq!(mask & caps(&["net_raw", "chown"]), 0);
+        assert_ne!(mask & caps(&["sys_admin", "sys_ptrace", "bpf"]), 0);
+    }
+}

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Mount hooks, for both mount APIs. mount(2) passes sb_mount; a new superblock being mounted,
+ * by mount(2) or by fsconfig(FSCONFIG_CMD_CREATE), passes sb_kern_mount, which sees the real file
+ * system type and device; fsconfig passes fs_context_parse_param; attaching a mount made by
+ * fsmount or open_tree passes move_mount. (fsmount and open_tree have no hook of their own:
+ * without a superblock created or a mount attached they achieve nothing.)
+ */
+#include "common.h"
+
+/* Considers the rules on mounting a file system of type `name` (on a block device or not). */
+static __always_inline void consider_fs_type(struct palisade_verdict *d,
+					     const struct subject *subject, const char *name,
+					     int block_device, __u8 fs_type[PALISADE_FS_TYPE_LEN])
+{
+	if (block_device)
+		consider(d, subject->policy->mount_block_device.action,
+			 subject->policy->mount_block_device.rule_id);
+	struct palisade_mount_type_key key = { .policy_id = subject->target->policy_id };
+	bpf_probe_read_kernel_str(key.fs_type, sizeof(key.fs_type), name);
+	__builtin_memcpy(fs_type, key.fs_type, PALISADE_FS_TYPE_LEN);
+	if (!(subject->policy->lookups & PALISADE_LOOKUP_MOUNT_TYPES))
+		return;
+	struct palisade_verdict *rule = bpf_map_lookup_elem(&mount_types, &key);
+	if (rule)
+		consider(d, rule->action, rule->rule_id);
+}
+
+static __always_inline int decide_mount(__u32 hook, const struct palisade_verdict *d,
+					const struct subject *subject,
+					const __u8 fs_type[PALISADE_FS_TYPE_LEN])
+{
+	if (d->action == PALISADE_ACTION_NONE)
+		return 0;
+	struct palisade_event *e = new_event(hook, d, subject);
+	if (e) {
+		__builtin_memcpy(e->fs_type, fs_type, PALISADE_FS_TYPE_LEN);
+		submit_event(e);
+	}
+	return verdict_error(d);
+}
+
+/* Rules on a superblock being mounted or a mount being attached. */
+static __always_inline int check_superblock(__u32 hook, struct super_block *sb)
+{
+	struct subject subject;
+	if (!find_subject(&subject))
+		return 0;
+	struct palisade_verdict d = subject.policy->mount;
+	__u8 fs_type[PALISADE_FS_TYPE_LEN] = {};
+	consider_fs_type(&d, &subject, BPF_CORE_READ(sb, s_type, name),
+			 BPF_CORE_READ(sb, s_bdev) != NULL, fs_type);
+	return decide_mount(hook, &d, &subject, fs_type);
+}
+
+SEC("lsm/sb_mount")
+int BPF_PROG(sb_mount, const char *dev_name, const struct path *path, const char *type,
+	     unsigned long flags, void *data, int ret)
+{
+	if (ret)
+		return ret;
+	struct subject subject;
+	if (!find_subject(&subject))
+		return 0;
+	__u8 fs_type[PALISADE_FS_TYPE_LEN] = {};
+	if (type)
+		bpf_probe_read_kernel_str(fs_type, sizeof(fs_type), type);
+	return decide_mount(PALISADE_HOOK_SB_MOUNT, &subject.policy->mount, &subject, fs_type);
+}
+
+SEC("lsm/sb_kern_mount")
+int BPF_PROG(sb_kern_mount, struct super_block *sb, int ret)
+{
+	if (ret)
+		return ret;
+	return check_superblock(PALISADE_HOOK_SB_KERN_MOUNT, sb);
+}
+
+SEC("lsm/move_mount")
+int BPF_PROG(move_mount, const struct path *from_path, const struct path *to_path, int ret)
+{
+	if (ret)
+		return ret;
+	return check_superblock(PALISADE_HOOK_MOVE_MOUNT, BPF_CORE_READ(from_path, mnt, mnt_sb));
+}
+
+SEC("lsm/fs_context_parse_param")
+int BPF_PROG(fs_context_parse_param, struct fs_context *fc, struct fs_parameter *param, int ret)
+{
+	/* 0 from this hook would mean "consumed": only an error is passed on. */
+	if (ret)
+		return ret;
+	struct subject subject;
+	if (!find_subject(&subject))
+		return 0;
+	struct palisade_verdict d = subject.policy->mount;
+	__u8 fs_type[PALISADE_FS_TYPE_LEN] = {};
+	struct file_system_type *type = BPF_CORE_READ(fc, fs_type);
+	consider_fs_type(&d, &subject, BPF_CORE_READ(type, name),
+			 BPF_CORE_READ(type, fs_flags) & FS_REQUIRES_DEV, fs_type);
+	return decide_mount(PALISADE_HOOK_FS_CONTEXT_PARSE_PARAM, &d, &subject, fs_type);
+}
+
+SEC("lsm/sb_umount")
+int BPF_PROG(sb_umount, struct vfsmount *mnt, int flags, int ret)
+{
+	if (ret)
+		return ret;
+	struct subject subject;
+	if (!find_subject(&subject))
+		return 0;
+	__u8 fs_type[PALISADE_FS_TYPE_LEN] = {};
+	bpf_probe_read_kernel_str(fs_type, sizeof(fs_type), BPF_CORE_READ(mnt, mnt_sb, s_type, name));
+	return decide_mount(PALISADE_HOOK_SB_UMOUNT, &subject.policy->umount, &subject, fs_type);
+}

@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/* Privilege hooks: capabilities, user namespaces, the bpf() system call. */
+#include "common.h"
+
+SEC("lsm/capable")
+int BPF_PROG(capable, const void *cred, struct user_namespace *ns, int cap, unsigned int opts,
+	     int ret)
+{
+	if (ret)
+		return ret;
+	struct subject subject;
+	if (!find_subject(&subject))
+		return 0;
+	struct palisade_verdict d = {};
+	if (cap >= 0 && cap < PALISADE_CAP_COUNT)
+		d = subject.policy->capability[cap & (PALISADE_CAP_COUNT - 1)];
+	/* A capability held in a user namespace the target created (or entered). */
+	if (BPF_CORE_READ(ns, level) > 0)
+		consider(&d, subject.policy->userns_capability.action,
+			 subject.policy->userns_capability.rule_id);
+	if (d.action == PALISADE_ACTION_NONE)
+		return 0;
+	/* Checks the kernel makes without auditing (probes, not uses) are denied unreported. */
+	if (opts & CAP_OPT_NOAUDIT)
+		d.action &= ~PALISADE_ACTION_AUDIT;
+	return decide(PALISADE_HOOK_CAPABLE, &d, &subject, cap);
+}
+
+SEC("lsm/userns_create")
+int BPF_PROG(userns_create, const void *cred, int ret)
+{
+	if (ret)
+		return ret;
+	struct subject subject;
+	if (!find_subject(&subject))
+		return 0;
+	return decide(PALISADE_HOOK_USERNS_CREATE, &subject.policy->userns_create, &subject, 0);
+}
+
+SEC("lsm/bpf")
+int BPF_PROG(bpf, int cmd, void *attr, unsigned int size, int ret)
+{
+	if (ret || cmd != BPF_PROG_LOAD_CMD)
+		return ret;
+	struct subject subject;
+	if (!find_subject(&subject))
+		return 0;
+	return decide(PALISADE_HOOK_BPF, &subject.policy->bpf_prog_load, &subject, cmd);
+}
