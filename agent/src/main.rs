@@ -16,13 +16,20 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Enforce every policy file in a directory, following its changes.
+    /// Enforce every policy file in a directory, following its changes. Enforcement is pinned
+    /// in the kernel: it goes on when the agent stops, and a restarted agent takes it over.
     Agent {
-        #[arg(long, value_name = "DIR")]
-        policy_dir: PathBuf,
+        #[arg(long, value_name = "DIR", required_unless_present = "cleanup")]
+        policy_dir: Option<PathBuf>,
         /// Append audit events (JSON lines) to FILE instead of stdout.
         #[arg(long, value_name = "FILE")]
         events: Option<PathBuf>,
+        /// Where in bpffs the programs' links and maps are pinned.
+        #[arg(long, value_name = "DIR", default_value = palisade_agent::bpf::DEFAULT_ROOT)]
+        bpffs: PathBuf,
+        /// Remove everything the agent pinned (ending its enforcement) and exit.
+        #[arg(long, conflicts_with = "policy_dir")]
+        cleanup: bool,
     },
     /// Run one command in a fresh cgroup under a policy; exits with the command's status.
     Run {
@@ -64,12 +71,23 @@ fn main() -> ExitCode {
         )
         .init();
     let result = match Cli::parse().command {
-        Command::Agent { policy_dir, events } => runtime()
+        Command::Agent {
+            cleanup: true,
+            bpffs,
+            ..
+        } => cmd::daemon::cleanup(&bpffs).map(|()| ExitCode::SUCCESS),
+        Command::Agent {
+            policy_dir,
+            events,
+            bpffs,
+            ..
+        } => runtime()
             .map_err(Into::into)
             .and_then(|rt| {
                 rt.block_on(cmd::daemon::run(cmd::daemon::AgentArgs {
-                    policy_dir,
+                    policy_dir: policy_dir.expect("required unless --cleanup"),
                     events,
+                    bpffs,
                 }))
             })
             .map(|()| ExitCode::SUCCESS),

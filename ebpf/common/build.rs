@@ -38,6 +38,7 @@ fn main() {
         .derive_debug(true)
         .derive_copy(true)
         .derive_eq(true)
+        .derive_hash(true)
         .layout_tests(true)
         .parse_callbacks(Box::new(Names))
         .generate()

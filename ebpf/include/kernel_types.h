@@ -43,6 +43,7 @@ struct block_device;
 
 struct super_block {
 	__u32 s_dev;
+	unsigned long s_magic;
 	struct file_system_type *s_type;
 	struct block_device *s_bdev;
 };
@@ -62,6 +63,8 @@ struct qstr {
 struct dentry {
 	struct dentry *d_parent;
 	struct qstr d_name;
+	struct inode *d_inode;
+	struct super_block *d_sb;
 };
 
 struct vfsmount {
@@ -99,6 +102,8 @@ struct user_namespace {
 
 struct kernfs_node {
 	__u64 id;
+	unsigned short flags;
+	const char *name;
 };
 
 struct cgroup {
@@ -166,6 +171,9 @@ struct task_struct {
 #define S_ISUID 0004000
 #define S_ISGID 0002000
 #define FS_REQUIRES_DEV 1
+#define BPF_FS_MAGIC 0xcafe4a11
+#define KERNFS_TYPE_MASK 0x000f
+#define KERNFS_DIR 0x0001
 #define NAME_MAX 255
 #define AF_UNIX 1
 #define AF_INET 2
@@ -185,6 +193,11 @@ struct task_struct {
 #define SOL_PACKET 263
 #define PACKET_FANOUT_DATA 22
 #define BPF_PROG_LOAD_CMD 5
+#define BPF_OBJ_PIN_CMD 6
+#define BPF_OBJ_GET_CMD 7
+#define BPF_PROG_GET_FD_BY_ID_CMD 13
+#define BPF_MAP_GET_FD_BY_ID_CMD 14
+#define BPF_LINK_GET_FD_BY_ID_CMD 30
 #define CAP_OPT_NOAUDIT (1 << 1)
 #define FMODE_READ 0x1
 #define FMODE_WRITE 0x2

@@ -90,7 +90,25 @@ typedef uint64_t __u64;
 #define PALISADE_LOOKUP_SOCKETS (1u << 1)
 #define PALISADE_LOOKUP_NETWORK (1u << 2)
 
-/* Value of the `targets` hash map, keyed by cgroup v2 id (u64). */
+/* Bytes of a cgroup's name in a `pending` key (with its NUL). */
+#define PALISADE_CGROUP_NAME_LEN 64
+
+/* Key of the `pending` hash map: a cgroup that does not exist yet, by its parent's id and its
+ * name. When the kernel creates it, it becomes a target with the value's policy. */
+struct palisade_pending_key {
+	__u64 parent_id;
+	__u8 name[PALISADE_CGROUP_NAME_LEN];
+};
+
+/* Key of the `protected_inodes` hash map: a file of the agent's (its executable, policies,
+ * event file) or a directory whose entries are. Targets may not change them. */
+struct palisade_inode_key {
+	__u64 ino;
+	__u32 dev; /* kernel encoding: major << 20 | minor */
+	__u32 reserved;
+};
+
+/* Value of the `targets` (and `pending`) hash map, keyed by cgroup v2 id (u64). */
 struct palisade_target {
 	__u32 policy_id;
 };

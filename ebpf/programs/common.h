@@ -23,6 +23,20 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct palisade_inode_key);
+	__type(value, __u32);
+} protected_inodes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct palisade_pending_key);
+	__type(value, struct palisade_target);
+} pending SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, struct palisade_policy);
@@ -236,6 +250,40 @@ static __always_inline void submit_event(struct palisade_event *e)
 {
 	bpf_ringbuf_submit(e, 0);
 	stat_inc(PALISADE_STAT_EVENTS);
+}
+
+/* The decision of the built-in protection of Palisade itself: always denied and reported. */
+static const struct palisade_verdict self_protection = {
+	.action = PALISADE_ACTION_DENY | PALISADE_ACTION_AUDIT,
+	.rule_id = PALISADE_RULE_SELF_PROTECTION,
+};
+
+static __always_inline int is_protected_inode(struct inode *inode)
+{
+	if (!inode)
+		return 0;
+	struct palisade_inode_key key = {
+		.ino = BPF_CORE_READ(inode, i_ino),
+		.dev = BPF_CORE_READ(inode, i_sb, s_dev),
+	};
+	return bpf_map_lookup_elem(&protected_inodes, &key) != NULL;
+}
+
+/* Whether changing `dentry` would change bpffs or a file of the agent's (or an entry of one of
+ * its directories). */
+static __always_inline int is_protected_dentry(struct dentry *dentry)
+{
+	return BPF_CORE_READ(dentry, d_sb, s_magic) == BPF_FS_MAGIC ||
+	       is_protected_inode(BPF_CORE_READ(dentry, d_inode)) ||
+	       is_protected_inode(BPF_CORE_READ(dentry, d_parent, d_inode));
+}
+
+/* Self-protection overrides every rule when `perms` would change a protected file. */
+static __always_inline void protect_files(struct palisade_verdict *d, struct dentry *dentry,
+					  __u32 perms)
+{
+	if ((perms & (PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) && is_protected_dentry(dentry))
+		*d = self_protection;
 }
 
 /* Reports (if the rule says so) and returns the error for a decision with nothing to add. */

@@ -122,6 +122,7 @@ int BPF_PROG(path_chmod, const struct path *path, unsigned short mode, int ret)
 		match_path(subject.target, s, len, PALISADE_PERM_WRITE, &d);
 	else
 		s->path[0] = 0;
+	protect_files(&d, path->dentry, PALISADE_PERM_WRITE);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
 	return decide_path(PALISADE_HOOK_PATH_CHMOD, &d, &subject, s, NULL, PALISADE_PERM_WRITE,

@@ -17,5 +17,6 @@
 #include "mount.bpf.c"
 #include "system.bpf.c"
 #include "network.bpf.c"
+#include "cgroup.bpf.c"
 
 char LICENSE[] SEC("license") = "GPL";

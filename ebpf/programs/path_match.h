@@ -113,6 +113,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 		return 0;
 	struct palisade_verdict d = {};
 	match_path(subject.target, s, len, perms, &d);
+	protect_files(&d, file->f_path.dentry, perms);
 	/* A block device is one whatever its path: matched by the inode's type. */
 	struct inode *inode = file->f_inode;
 	if ((perms & (PALISADE_PERM_READ | PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) &&

@@ -122,6 +122,7 @@ static __always_inline int check_dentry(struct dentry *dentry, struct vfsmount *
 		return 0;
 	struct palisade_verdict d = {};
 	match_path(subject.target, s, len, perms, &d);
+	protect_files(&d, dentry, perms);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
 	return decide_path(hook, &d, &subject, s, NULL, perms, 0);

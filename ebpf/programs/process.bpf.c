@@ -6,12 +6,10 @@
  */
 #include "common.h"
 
-static __always_inline int self_protection(struct task_struct *object, __u32 hook,
+static __always_inline int protect_process(struct task_struct *object, __u32 hook,
 					   const struct subject *subject, __u32 arg)
 {
-	struct palisade_verdict d = { .action = PALISADE_ACTION_DENY | PALISADE_ACTION_AUDIT,
-				      .rule_id = PALISADE_RULE_SELF_PROTECTION };
-	struct palisade_event *e = new_event(hook, &d, subject);
+	struct palisade_event *e = new_event(hook, &self_protection, subject);
 	if (e) {
 		e->object_pid = object->tgid;
 		e->arg = arg;
@@ -20,7 +18,7 @@ static __always_inline int self_protection(struct task_struct *object, __u32 hoo
 	return -EPERM;
 }
 
-static __always_inline int is_protected(struct task_struct *object)
+static __always_inline int is_protected_process(struct task_struct *object)
 {
 	__u32 zero = 0;
 	struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
@@ -46,12 +44,12 @@ int BPF_PROG(task_kill, struct task_struct *p, void *info, int sig, const void *
 	if (ret)
 		return ret;
 	/* Signal 0 only asks whether the process exists. */
-	if (!sig || !is_protected(p))
+	if (!sig || !is_protected_process(p))
 		return 0;
 	struct subject subject;
 	if (!find_subject(&subject))
 		return 0;
-	return self_protection(p, PALISADE_HOOK_TASK_KILL, &subject, sig);
+	return protect_process(p, PALISADE_HOOK_TASK_KILL, &subject, sig);
 }
 
 SEC("lsm/ptrace_access_check")
@@ -62,8 +60,8 @@ int BPF_PROG(ptrace_access_check, struct task_struct *child, unsigned int mode, 
 	struct subject subject;
 	if (!find_subject(&subject))
 		return 0;
-	if (is_protected(child))
-		return self_protection(child, PALISADE_HOOK_PTRACE_ACCESS_CHECK, &subject, mode);
+	if (is_protected_process(child))
+		return protect_process(child, PALISADE_HOOK_PTRACE_ACCESS_CHECK, &subject, mode);
 	struct palisade_verdict d = subject.policy->ptrace_outside;
 	if (d.action == PALISADE_ACTION_NONE || in_target(child, &subject))
 		return 0;

@@ -37,13 +37,23 @@ int BPF_PROG(userns_create, const void *cred, int ret)
 	return decide(PALISADE_HOOK_USERNS_CREATE, &subject.policy->userns_create, &subject, 0);
 }
 
+/* Commands that reach BPF objects already loaded (Palisade's among them) or pin into bpffs. */
+static __always_inline int reaches_loaded_objects(int cmd)
+{
+	return cmd == BPF_OBJ_PIN_CMD || cmd == BPF_OBJ_GET_CMD ||
+	       cmd == BPF_PROG_GET_FD_BY_ID_CMD || cmd == BPF_MAP_GET_FD_BY_ID_CMD ||
+	       cmd == BPF_LINK_GET_FD_BY_ID_CMD;
+}
+
 SEC("lsm/bpf")
 int BPF_PROG(bpf, int cmd, void *attr, unsigned int size, int ret)
 {
-	if (ret || cmd != BPF_PROG_LOAD_CMD)
+	if (ret || (cmd != BPF_PROG_LOAD_CMD && !reaches_loaded_objects(cmd)))
 		return ret;
 	struct subject subject;
 	if (!find_subject(&subject))
 		return 0;
+	if (reaches_loaded_objects(cmd))
+		return decide(PALISADE_HOOK_BPF, &self_protection, &subject, cmd);
 	return decide(PALISADE_HOOK_BPF, &subject.policy->bpf_prog_load, &subject, cmd);
 }

@@ -2,7 +2,9 @@
 //! in with one `targets` update, so a replacement is atomic and never reloads programs.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
+    os::unix::fs::MetadataExt,
+    path::Path,
     sync::{Arc, RwLock},
 };
 
@@ -12,17 +14,17 @@ use aya::{
         Array, ArrayOfMaps, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf,
         lpm_trie::{Key, LpmTrie},
     },
-    programs::Lsm,
+    programs::{Lsm, links::FdLink},
 };
 use palisade_common::{
-    Config, GlobKey, GlobRule, KEY_PATH_LEN, MountTypeKey, NetworkKeyData, PathVerdict,
-    Policy as KernelPolicy, STAT_EVENTS, STAT_EVENTS_DROPPED, STAT_UNDECIDED, SocketKey, Target,
-    TriePath, Verdict,
+    CGROUP_NAME_LEN, Config, GlobKey, GlobRule, InodeKey, KEY_PATH_LEN, MountTypeKey,
+    NetworkKeyData, PathVerdict, PendingKey, Policy as KernelPolicy, STAT_EVENTS,
+    STAT_EVENTS_DROPPED, STAT_UNDECIDED, SocketKey, Target, TriePath, Verdict,
 };
 
-use tracing::warn;
+use tracing::{info, warn};
 
-use super::{LoadError, OBJECT, PROGRAMS, Preflight};
+use super::{LoadError, MAPS, OBJECT, PROGRAMS, PinnedState, Preflight, pinned};
 use crate::{
     policy::{CompiledPolicy, NetworkEntry, TrieEntry},
     targets::Cgroup,
@@ -77,6 +79,37 @@ impl PolicyRegistry {
     }
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum ProtectError {
+    #[error("cannot protect {path}: {source}")]
+    Stat {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot protect a file: {0}")]
+    Map(#[from] MapError),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error(
+        "cannot arm \"{0}\" before it exists: only cgroup names of 1 to 63 bytes without '/' can be"
+    )]
+    Name(String),
+    #[error("cannot arm a cgroup deeper than level 63")]
+    TooDeep,
+    #[error("{0}")]
+    Map(#[from] MapError),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RetireError {
+    #[error("removing pinned state: {0}")]
+    Unpin(#[from] std::io::Error),
+    #[error("removing stale entries: {0}")]
+    Map(#[from] MapError),
+}
+
 /// Kernel counters, summed over CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -93,12 +126,21 @@ struct Installed {
 }
 
 pub struct Enforcer {
-    // Owns the programs and their links: dropping it detaches everything.
+    // Owns the programs, and their links unless pinned: dropping it detaches those.
     _ebpf: Ebpf,
+    /// Where maps and links are pinned, if they are.
+    pinned: Option<PinnedState>,
+    /// Levels of the targets a previous agent left in pinned maps, probed until
+    /// `retire_previous`.
+    adopted_levels: u64,
     config_map: Array<MapData, Config>,
     /// What `config_map` holds.
     config: Config,
     targets: BpfHashMap<MapData, u64, Target>,
+    pending: BpfHashMap<MapData, PendingKey, Target>,
+    protected_inodes: BpfHashMap<MapData, InodeKey, u32>,
+    /// What `protected_inodes` holds for this process.
+    protected: HashSet<InodeKey>,
     prefixes: LpmTrie<MapData, TriePath, PathVerdict>,
     suffixes: LpmTrie<MapData, TriePath, PathVerdict>,
     globs: BpfHashMap<MapData, GlobKey, GlobRule>,
@@ -111,6 +153,9 @@ pub struct Enforcer {
     sync_inner: MapData,
     events: Option<RingBuf<MapData>>,
     installed: HashMap<u64, Installed>,
+    /// Cgroups armed before they exist, by (parent id, name).
+    staged: HashMap<(u64, String), Installed>,
+    /// Targets and staged targets per cgroup level.
     targets_per_level: [u32; 64],
     next_policy_id: u32,
     registry: PolicyRegistry,
@@ -123,6 +168,18 @@ where
     ebpf.take_map(name)
         .and_then(|map| T::try_from(map).ok())
         .ok_or(LoadError::Map(name))
+}
+
+fn pending_key(parent_id: u64, name: &str) -> Result<PendingKey, StageError> {
+    let mut key = PendingKey {
+        parent_id,
+        name: [0; CGROUP_NAME_LEN as usize],
+    };
+    if name.is_empty() || name.len() >= key.name.len() || name.contains('/') {
+        return Err(StageError::Name(name.to_owned()));
+    }
+    key.name[..name.len()].copy_from_slice(name.as_bytes());
+    Ok(key)
 }
 
 fn mount_type_key(policy_id: u32, fs_type: &[u8; 16]) -> MountTypeKey {
@@ -162,27 +219,68 @@ fn trie_key(policy_id: u32, bytes: &[u8]) -> Key<TriePath> {
 }
 
 impl Enforcer {
-    /// Loads the programs and attaches them to their LSM hooks. Fails with a clear reason on a
-    /// kernel where BPF LSM cannot run.
+    /// Loads the programs and attaches them to their LSM hooks, for as long as this process
+    /// lives. Fails with a clear reason on a kernel where BPF LSM cannot run.
     pub fn load() -> Result<Self, LoadError> {
+        Self::load_with(None)
+    }
+
+    /// Loads with maps and links pinned in bpffs under `state`, so that enforcement continues
+    /// when this process ends. What an earlier agent of this build left there is adopted as it
+    /// is: its programs stay attached and its policies enforced until `retire_previous`.
+    pub fn load_pinned(state: PinnedState) -> Result<Self, LoadError> {
+        Self::load_with(Some(state))
+    }
+
+    fn load_with(pinned: Option<PinnedState>) -> Result<Self, LoadError> {
         Preflight::run().check()?;
         let btf = Btf::from_sys_fs().map_err(|err| LoadError::NoBtf(err.to_string()))?;
-        let mut ebpf = EbpfLoader::new().btf(Some(&btf)).load(OBJECT)?;
-        for (name, hook) in PROGRAMS {
-            let program: &mut Lsm = ebpf
-                .program_mut(name)
-                .and_then(|program| program.try_into().ok())
-                .ok_or(LoadError::MissingProgram(name))?;
-            program
-                .load(hook, &btf)
-                .map_err(|err| LoadError::program("load", name, err))?;
-            program
-                .attach()
-                .map_err(|err| LoadError::program("attach", name, err))?;
+        let mut loader = EbpfLoader::new();
+        loader.btf(Some(&btf));
+        let program_names: Vec<&str> = PROGRAMS.iter().map(|(name, _)| *name).collect();
+        let mut adopted = false;
+        if let Some(state) = &pinned {
+            for dir in ["maps", "links"] {
+                let dir = state.dir().join(dir);
+                std::fs::create_dir_all(&dir).map_err(|err| LoadError::pin(&dir, err))?;
+            }
+            adopted = state.links_complete(&program_names);
+            for name in MAPS {
+                loader.map_pin_path(name, state.map(name));
+            }
+        }
+        let mut ebpf = loader.load(OBJECT)?;
+        if !adopted {
+            for (name, hook) in PROGRAMS {
+                let program: &mut Lsm = ebpf
+                    .program_mut(name)
+                    .and_then(|program| program.try_into().ok())
+                    .ok_or(LoadError::MissingProgram(name))?;
+                program
+                    .load(hook, &btf)
+                    .map_err(|err| LoadError::program("load", name, err))?;
+                let link = program
+                    .attach()
+                    .map_err(|err| LoadError::program("attach", name, err))?;
+                if let Some(state) = &pinned {
+                    // Attached first, then pinned in place of a link an interrupted start left.
+                    let link = program
+                        .take_link(link)
+                        .map_err(|err| LoadError::program("attach", name, err))?;
+                    let path = state.link(name);
+                    let _ = std::fs::remove_file(&path);
+                    FdLink::from(link)
+                        .pin(&path)
+                        .map_err(|err| LoadError::pin(&path, err))?;
+                }
+            }
         }
         let mut enforcer = Self {
             config_map: take(&mut ebpf, "config")?,
             targets: take(&mut ebpf, "targets")?,
+            pending: take(&mut ebpf, "pending")?,
+            protected_inodes: take(&mut ebpf, "protected_inodes")?,
+            protected: HashSet::new(),
             prefixes: take(&mut ebpf, "path_prefixes")?,
             suffixes: take(&mut ebpf, "path_suffixes")?,
             globs: take(&mut ebpf, "globs")?,
@@ -198,7 +296,10 @@ impl Enforcer {
             },
             events: Some(take(&mut ebpf, "events")?),
             _ebpf: ebpf,
+            pinned,
+            adopted_levels: 0,
             installed: HashMap::new(),
+            staged: HashMap::new(),
             targets_per_level: [0; 64],
             next_policy_id: 1,
             registry: PolicyRegistry::default(),
@@ -207,14 +308,125 @@ impl Enforcer {
                 protected_pid: std::process::id().into(),
             },
         };
+        let setup = |source| LoadError::MapSetup {
+            name: "config",
+            source,
+        };
+        // Maps a previous agent pinned: keep its targets probed, and its policy ids unused.
+        enforcer.adopted_levels = enforcer.config_map.get(&0, 0).map_err(setup)?.target_levels;
+        let highest = enforcer
+            .policies
+            .keys()
+            .filter_map(Result::ok)
+            .max()
+            .unwrap_or(0);
+        enforcer.next_policy_id = highest.checked_add(1).unwrap_or(1);
         // From here on, targets may not signal or trace this process.
-        enforcer
-            .publish_config()
-            .map_err(|source| LoadError::MapSetup {
-                name: "config",
-                source,
-            })?;
+        enforcer.publish_levels().map_err(setup)?;
         Ok(enforcer)
+    }
+
+    /// Removes what earlier agents left in the kernel and this one did not take over: the pinned
+    /// state of other builds (their programs detach; this build's enforce in their place) and
+    /// the targets and policies this agent has not applied. Call it once every policy is
+    /// applied, so that no target is left less protected than before.
+    pub fn retire_previous(&mut self) -> Result<(), RetireError> {
+        if let Some(state) = &self.pinned {
+            for other in state.others()? {
+                pinned::remove(&other)?;
+                info!(state = %other.display(), "removed the pinned state of another build");
+            }
+        }
+        // Targets of policies this agent applied or staged (the kernel arms staged cgroups
+        // itself) stay; the rest are an earlier agent's.
+        let live: HashSet<u32> = self
+            .installed
+            .values()
+            .chain(self.staged.values())
+            .map(|installed| installed.policy_id)
+            .collect();
+        let stale: Vec<u64> = self
+            .targets
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, target)| !live.contains(&target.policy_id))
+            .map(|(id, _)| id)
+            .collect();
+        for id in &stale {
+            self.targets.remove(id)?;
+        }
+        let stale_pending: Vec<PendingKey> = self
+            .pending
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, target)| !live.contains(&target.policy_id))
+            .map(|(key, _)| key)
+            .collect();
+        for key in &stale_pending {
+            self.pending.remove(key)?;
+        }
+        let unprotected: Vec<InodeKey> = self
+            .protected_inodes
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|key| !self.protected.contains(key))
+            .collect();
+        for key in &unprotected {
+            self.protected_inodes.remove(key)?;
+        }
+        self.adopted_levels = 0;
+        self.publish_levels()?;
+        self.wait_for_running_programs()?;
+        let stale_entries = self.purge_policies_except(&live)?;
+        if !stale.is_empty() || stale_entries > 0 {
+            info!(
+                targets = stale.len(),
+                entries = stale_entries,
+                "removed the targets and entries an earlier agent left"
+            );
+        }
+        Ok(())
+    }
+
+    /// Deletes every entry of a policy id not in `live`; returns how many.
+    fn purge_policies_except(&mut self, live: &HashSet<u32>) -> Result<usize, MapError> {
+        fn stale<K>(
+            keys: impl Iterator<Item = Result<K, MapError>>,
+            id: impl Fn(&K) -> u32,
+            live: &HashSet<u32>,
+        ) -> Vec<K> {
+            keys.filter_map(Result::ok)
+                .filter(|key| !live.contains(&id(key)))
+                .collect()
+        }
+        let mut count = 0;
+        for key in stale(self.policies.keys(), |id| *id, live) {
+            self.policies.remove(&key)?;
+            count += 1;
+        }
+        for key in stale(self.mount_types.keys(), |key| key.policy_id, live) {
+            self.mount_types.remove(&key)?;
+            count += 1;
+        }
+        for key in stale(self.sockets.keys(), |key| key.policy_id, live) {
+            self.sockets.remove(&key)?;
+            count += 1;
+        }
+        for key in stale(self.globs.keys(), |key| key.policy_id, live) {
+            self.globs.remove(&key)?;
+            count += 1;
+        }
+        for key in stale(self.network.keys(), |key| key.data().policy_id, live) {
+            self.network.remove(&key)?;
+            count += 1;
+        }
+        for trie in [&mut self.prefixes, &mut self.suffixes] {
+            for key in stale(trie.keys(), |key| key.data().policy_id, live) {
+                trie.remove(&key)?;
+                count += 1;
+            }
+        }
+        Ok(count)
     }
 
     /// The audit event ring buffer, for one reader.
@@ -286,6 +498,101 @@ impl Enforcer {
         Ok(true)
     }
 
+    /// Forbids targets to change the file at `path` or, for a directory, its entries: the
+    /// enforcing process's executable, policies and event file.
+    pub fn protect(&mut self, path: &Path) -> Result<(), ProtectError> {
+        let metadata = std::fs::metadata(path).map_err(|source| ProtectError::Stat {
+            path: path.to_owned(),
+            source,
+        })?;
+        let dev = metadata.dev();
+        // The kernel's encoding of a device number (MKDEV) differs from user space's.
+        let key = InodeKey {
+            ino: metadata.ino(),
+            dev: (libc::major(dev) << 20) | libc::minor(dev),
+            reserved: 0,
+        };
+        self.protected_inodes.insert(key, 1, 0)?;
+        self.protected.insert(key);
+        Ok(())
+    }
+
+    /// Arms the cgroup `name` below `parent` before it exists: when the kernel creates it, it
+    /// becomes a target of `policy` before any process can enter it. Replaces an earlier stage of
+    /// the same cgroup; an error means nothing changed.
+    pub fn stage(
+        &mut self,
+        parent: &Cgroup,
+        name: &str,
+        policy: Arc<CompiledPolicy>,
+    ) -> Result<(), StageError> {
+        let key = pending_key(parent.id, name)?;
+        let level = parent.level + 1;
+        if level as usize >= self.targets_per_level.len() {
+            return Err(StageError::TooDeep);
+        }
+        let policy_id = self.allocate_policy_id();
+        if let Err(err) = self.write_entries(policy_id, &policy) {
+            self.delete_entries(policy_id, &policy);
+            return Err(err.into());
+        }
+        let future = Cgroup {
+            path: parent.path.join(name),
+            id: 0,
+            level,
+        };
+        self.registry.insert(
+            policy_id,
+            Arc::new(InstalledPolicy {
+                policy: policy.clone(),
+                target: future,
+            }),
+        );
+        let staged = (parent.id, name.to_owned());
+        let is_new = !self.staged.contains_key(&staged);
+        if is_new {
+            // Probe the level before the cgroup can exist.
+            self.targets_per_level[level as usize] += 1;
+        }
+        let armed = self
+            .publish_levels()
+            .and_then(|()| self.pending.insert(key, Target { policy_id }, 0));
+        if let Err(err) = armed {
+            if is_new {
+                self.targets_per_level[level as usize] -= 1;
+                let _ = self.publish_levels();
+            }
+            self.delete_entries(policy_id, &policy);
+            self.registry.retire(policy_id);
+            return Err(err.into());
+        }
+        let new = Installed {
+            policy_id,
+            policy,
+            level,
+        };
+        if let Some(old) = self.staged.insert(staged, new) {
+            self.retire(old);
+        }
+        Ok(())
+    }
+
+    /// Stops arming the cgroup `name` below `parent_id`. Call it once the cgroup has its own
+    /// policy applied (or none is wanted): cgroups the kernel armed with the staged policy and
+    /// that were not applied since lose it.
+    pub fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError> {
+        let Some(old) = self.staged.remove(&(parent_id, name.to_owned())) else {
+            return Ok(false);
+        };
+        self.pending.remove(&pending_key(parent_id, name)?)?;
+        self.targets_per_level[old.level as usize] -= 1;
+        if let Err(err) = self.publish_levels() {
+            warn!("updating the probed cgroup levels: {err}");
+        }
+        self.retire(old);
+        Ok(true)
+    }
+
     pub fn stats(&self) -> Result<Stats, MapError> {
         let sum =
             |index: u32| -> Result<u64, MapError> { Ok(self.stats.get(&index, 0)?.iter().sum()) };
@@ -308,11 +615,7 @@ impl Enforcer {
             .iter()
             .enumerate()
             .filter(|(_, count)| **count > 0)
-            .fold(0u64, |mask, (level, _)| mask | 1 << level);
-        self.publish_config()
-    }
-
-    fn publish_config(&mut self) -> Result<(), MapError> {
+            .fold(self.adopted_levels, |mask, (level, _)| mask | 1 << level);
         self.config_map.set(0, self.config, 0)
     }
 

@@ -2,14 +2,41 @@
 //! through which policies are enforced. `Enforcer` is the single owner of the loaded object.
 
 mod enforcer;
+mod pinned;
 mod preflight;
 
-pub use enforcer::{Enforcer, InstalledPolicy, PolicyRegistry, Stats};
+pub use enforcer::{
+    Enforcer, InstalledPolicy, PolicyRegistry, ProtectError, RetireError, StageError, Stats,
+};
+pub use pinned::{DEFAULT_ROOT, PinnedState, object_version, remove as remove_pinned};
 pub use preflight::{KERNEL_BTF, LoadError, LsmList, Preflight};
 
 /// The BPF object built from ebpf/programs by build.rs.
 pub(crate) static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/palisade.bpf.o"));
+
+/// The maps in the object: what the agent pins.
+pub(crate) const MAPS: &[&str] = &[
+    "config",
+    "targets",
+    "pending",
+    "protected_inodes",
+    "policies",
+    "path_prefixes",
+    "path_suffixes",
+    "globs",
+    "mount_types",
+    "sockets",
+    "network",
+    "events",
+    "stats",
+    "sync_inner",
+    "sync_barrier",
+    "scratch_space",
+];
+
+/// How many programs the agent attaches.
+pub const PROGRAM_COUNT: usize = PROGRAMS.len();
 
 /// The LSM programs in the object, by function name, with the hook each attaches to.
 pub(crate) const PROGRAMS: &[(&str, &str)] = &[
@@ -39,4 +66,5 @@ pub(crate) const PROGRAMS: &[(&str, &str)] = &[
     ("socket_sendmsg", "socket_sendmsg"),
     ("socket_setsockopt", "socket_setsockopt"),
     ("unix_stream_connect", "unix_stream_connect"),
+    ("kernfs_init_security", "kernfs_init_security"),
 ];

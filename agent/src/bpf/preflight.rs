@@ -41,9 +41,18 @@ pub enum LoadError {
         "loading BPF programs needs root (CAP_BPF, CAP_SYS_ADMIN and CAP_PERFMON); run as root"
     )]
     NotRoot,
+    #[error("cannot pin at {path}: {detail} (is bpffs mounted at /sys/fs/bpf?)")]
+    Pin { path: String, detail: String },
 }
 
 impl LoadError {
+    pub(crate) fn pin(path: &std::path::Path, error: impl std::fmt::Display) -> Self {
+        Self::Pin {
+            path: path.display().to_string(),
+            detail: error.to_string(),
+        }
+    }
+
     /// Explains an error from loading or attaching a program.
     pub(crate) fn program(step: &'static str, program: &str, error: ProgramError) -> Self {
         let (detail, os_error) = match &error {

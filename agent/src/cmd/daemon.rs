@@ -7,6 +7,7 @@ use std::{
     time::Duration,
 };
 
+use anyhow::Context;
 use aya::maps::MapError;
 use notify::Watcher;
 use tokio::{
@@ -17,9 +18,9 @@ use tracing::{error, info, warn};
 
 use super::session::Session;
 use crate::{
-    bpf::Enforcer,
+    bpf::{Enforcer, PinnedState, StageError},
     policy::{CompiledPolicy, Environment, PolicyError, Target},
-    targets::{Cgroup, Hierarchy},
+    targets::{Cgroup, CgroupError, Hierarchy},
 };
 
 const RESYNC_INTERVAL: Duration = Duration::from_secs(2);
@@ -27,12 +28,21 @@ const RESYNC_INTERVAL: Duration = Duration::from_secs(2);
 pub struct AgentArgs {
     pub policy_dir: PathBuf,
     pub events: Option<PathBuf>,
+    /// The bpffs directory enforcement is pinned under.
+    pub bpffs: PathBuf,
 }
 
 /// What reconciling needs from the kernel side (a seam for tests).
 pub trait Enforce {
     fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError>;
     fn remove(&mut self, target_id: u64) -> Result<bool, MapError>;
+    fn stage(
+        &mut self,
+        parent: &Cgroup,
+        name: &str,
+        policy: Arc<CompiledPolicy>,
+    ) -> Result<(), StageError>;
+    fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError>;
 }
 
 impl Enforce for Enforcer {
@@ -43,6 +53,52 @@ impl Enforce for Enforcer {
     fn remove(&mut self, target_id: u64) -> Result<bool, MapError> {
         Enforcer::remove(self, target_id)
     }
+
+    fn stage(
+        &mut self,
+        parent: &Cgroup,
+        name: &str,
+        policy: Arc<CompiledPolicy>,
+    ) -> Result<(), StageError> {
+        Enforcer::stage(self, parent, name, policy)
+    }
+
+    fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError> {
+        Enforcer::unstage(self, parent_id, name)
+    }
+}
+
+/// Where a policy is enforced: on its target, or armed for a target not created yet (the kernel
+/// makes the new cgroup a target before any process can enter it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Placement {
+    Target(Cgroup),
+    Staged { parent: Cgroup, name: String },
+}
+
+impl Placement {
+    fn describe(&self) -> String {
+        match self {
+            Placement::Target(target) => target.path.display().to_string(),
+            Placement::Staged { parent, name } => {
+                format!("{} (armed until created)", parent.path.join(name).display())
+            }
+        }
+    }
+
+    /// Takes the policy off.
+    fn remove(&self, enforcer: &mut impl Enforce) -> Result<(), String> {
+        match self {
+            Placement::Target(target) => enforcer
+                .remove(target.id)
+                .map(drop)
+                .map_err(|err| err.to_string()),
+            Placement::Staged { parent, name } => enforcer
+                .unstage(parent.id, name)
+                .map(drop)
+                .map_err(|err| err.to_string()),
+        }
+    }
 }
 
 /// A policy file being enforced.
@@ -50,7 +106,7 @@ impl Enforce for Enforcer {
 struct Enforced {
     text: String,
     name: String,
-    target: Cgroup,
+    placement: Placement,
 }
 
 /// The policy files of a directory and what of them is enforced.
@@ -81,7 +137,7 @@ impl PolicyDir {
         }
     }
 
-    fn prepare(&self, file: &Path, text: &str) -> Result<(CompiledPolicy, Cgroup), PolicyError> {
+    fn prepare(&self, file: &Path, text: &str) -> Result<(CompiledPolicy, Placement), PolicyError> {
         let policy = crate::policy::Policy::parse(file, text)?;
         let compiled = crate::policy::compile(file, &policy, &self.environment)?;
         let Some(Target { cgroup_path }) = &policy.spec.target else {
@@ -91,11 +147,30 @@ impl PolicyDir {
                 "required by the agent",
             ));
         };
-        let cgroup = self
-            .cgroups
-            .open(cgroup_path)
-            .map_err(|err| PolicyError::new(file, "spec.target.cgroupPath", err.to_string()))?;
-        Ok((compiled, cgroup))
+        Ok((compiled, self.place(file, cgroup_path)?))
+    }
+
+    /// The target `cgroup_path` names, or its parent when only the parent exists yet.
+    fn place(&self, file: &Path, cgroup_path: &str) -> Result<Placement, PolicyError> {
+        let error =
+            |err: CgroupError| PolicyError::new(file, "spec.target.cgroupPath", err.to_string());
+        match self.cgroups.open(cgroup_path) {
+            Ok(target) => Ok(Placement::Target(target)),
+            Err(missing @ CgroupError::Missing(_)) => {
+                let path = Path::new(cgroup_path);
+                let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                    return Err(error(missing));
+                };
+                match self.cgroups.open(&parent.to_string_lossy()) {
+                    Ok(parent) => Ok(Placement::Staged {
+                        parent,
+                        name: name.to_string_lossy().into_owned(),
+                    }),
+                    Err(_) => Err(error(missing)),
+                }
+            }
+            Err(err) => Err(error(err)),
+        }
     }
 
     /// Brings the kernel in line with the directory: new and changed files, removed files, and
@@ -142,15 +217,27 @@ impl PolicyDir {
         }
     }
 
+    /// Whether the last reconcile enforced every policy file as it is.
+    pub fn all_enforced(&self) -> bool {
+        self.reported.is_empty()
+    }
+
     fn sync_file(&mut self, enforcer: &mut impl Enforce, file: &Path) -> Result<(), PolicyError> {
         let text = std::fs::read_to_string(file)
             .map_err(|err| PolicyError::new(file, "(file)", format!("cannot read: {err}")))?;
+        // Unchanged, and its target neither created nor recreated since.
         let up_to_date = self.enforced.get(file).is_some_and(|enforced| {
             enforced.text == text
-                && self
-                    .cgroups
-                    .open(&enforced.target.path.to_string_lossy())
-                    .is_ok_and(|now| now.id == enforced.target.id)
+                && match &enforced.placement {
+                    Placement::Target(target) => self
+                        .cgroups
+                        .open(&target.path.to_string_lossy())
+                        .is_ok_and(|now| now.id == target.id),
+                    Placement::Staged { parent, name } => matches!(
+                        self.cgroups.open(&parent.path.join(name).to_string_lossy()),
+                        Err(CgroupError::Missing(_))
+                    ),
+                }
         });
         if up_to_date {
             Ok(())
@@ -173,8 +260,8 @@ impl PolicyDir {
             .collect();
         for file in removed {
             let enforced = &self.enforced[&file];
-            match enforcer.remove(enforced.target.id) {
-                Ok(_) => {
+            match enforced.placement.remove(enforcer) {
+                Ok(()) => {
                     info!(policy = %enforced.name, file = %file.display(), "policy file removed: no longer enforced");
                     self.enforced.remove(&file);
                 }
@@ -202,53 +289,65 @@ impl PolicyDir {
         file: &Path,
         text: String,
     ) -> Result<(), PolicyError> {
-        let (compiled, target) = self.prepare(file, &text)?;
+        let (compiled, placement) = self.prepare(file, &text)?;
         if let Some((other, _)) = self
             .enforced
             .iter()
-            .find(|(other, enforced)| *other != file && enforced.target.id == target.id)
+            .find(|(other, enforced)| *other != file && enforced.placement == placement)
         {
             return Err(PolicyError::new(
                 file,
                 "spec.target.cgroupPath",
                 format!(
                     "{} already has a policy, from {}",
-                    target.path.display(),
+                    placement.describe(),
                     other.display()
                 ),
             ));
         }
         let name = compiled.name.clone();
-        enforcer
-            .apply(&target, Arc::new(compiled))
+        let installed = match &placement {
+            Placement::Target(target) => enforcer
+                .apply(target, Arc::new(compiled))
+                .map_err(|err| err.to_string()),
+            Placement::Staged { parent, name } => enforcer
+                .stage(parent, name, Arc::new(compiled))
+                .map_err(|err| err.to_string()),
+        };
+        installed
             .map_err(|err| PolicyError::new(file, "(kernel)", format!("cannot install: {err}")))?;
         let previous = self.enforced.insert(
             file.to_owned(),
             Enforced {
                 text,
                 name: name.clone(),
-                target: target.clone(),
+                placement: placement.clone(),
             },
         );
-        if let Some(previous) = previous.filter(|previous| previous.target.id != target.id)
-            && let Err(err) = enforcer.remove(previous.target.id)
+        // Off the previous placement: a staged target now created (its new policy is applied
+        // above, so it never goes without), or a target the file no longer names.
+        if let Some(previous) = previous.filter(|previous| previous.placement != placement)
+            && let Err(err) = previous.placement.remove(enforcer)
         {
             warn!(
-                "{}: removing the policy from its old target {}: {err}",
+                "{}: removing the policy from {}: {err}",
                 file.display(),
-                previous.target.path.display()
+                previous.placement.describe()
             );
         }
-        info!(policy = %name, file = %file.display(), target = %target.path.display(), "policy enforced");
+        info!(policy = %name, file = %file.display(), target = %placement.describe(), "policy enforced");
         Ok(())
     }
+}
 
-    /// Stops enforcing everything (on shutdown).
-    pub fn clear(&mut self, enforcer: &mut impl Enforce) {
-        for (file, enforced) in self.enforced.drain() {
-            if let Err(err) = enforcer.remove(enforced.target.id) {
-                warn!("{}: removing the policy: {err}", file.display());
-            }
+/// Reconciles; the first time every policy is enforced, removes what earlier agents left (it
+/// stays until then, so that no target is less protected than before the restart).
+fn reconcile(policies: &mut PolicyDir, enforcer: &mut Enforcer, retired: &mut bool) {
+    policies.reconcile_and_report(enforcer);
+    if !*retired && policies.all_enforced() {
+        match enforcer.retire_previous() {
+            Ok(()) => *retired = true,
+            Err(err) => warn!("{err}"),
         }
     }
 }
@@ -262,7 +361,16 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     );
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
-    let mut session = Session::start(args.events.as_deref(), Box::new(std::io::stdout()))?;
+    let enforcer =
+        Enforcer::load_pinned(PinnedState::new(&args.bpffs)).context("cannot enforce")?;
+    let mut session = Session::start(
+        enforcer,
+        args.events.as_deref(),
+        Box::new(std::io::stdout()),
+    )?;
+    let mut own_files = vec![dir.as_path()];
+    own_files.extend(args.events.as_deref());
+    session.protect_own_files(&own_files)?;
 
     // Watch before the first read, so that no change can slip in between.
     let (changed_tx, mut changed) = mpsc::channel::<()>(1);
@@ -271,7 +379,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     })?;
     watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
     let mut policies = PolicyDir::new(dir.clone(), Hierarchy::find()?);
-    policies.reconcile_and_report(&mut session.enforcer);
+    let mut retired = false;
+    reconcile(&mut policies, &mut session.enforcer, &mut retired);
     info!(dir = %dir.display(), "agent ready: watching for policy changes");
 
     // Targets come and go without the directory changing: look again now and then.
@@ -283,10 +392,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 // Editors write in several steps: let a burst of changes settle first.
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 while changed.try_recv().is_ok() {}
-                policies.reconcile_and_report(&mut session.enforcer);
+                reconcile(&mut policies, &mut session.enforcer, &mut retired);
             }
             _ = resync.tick() => {
-                policies.reconcile_and_report(&mut session.enforcer);
+                reconcile(&mut policies, &mut session.enforcer, &mut retired);
             }
             ready = session.events_ready() => { ready?; session.pump(); }
             _ = losses.tick() => session.report_losses(),
@@ -296,8 +405,17 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
     session.pump_all();
     session.report_losses();
-    policies.clear(&mut session.enforcer);
-    info!("agent stopped: policies removed");
+    info!(
+        "agent stopped; enforcement stays pinned in the kernel (`palisade agent --cleanup` ends it)"
+    );
+    Ok(())
+}
+
+/// `palisade agent --cleanup`: unpins every build's state, which detaches the programs.
+pub fn cleanup(bpffs: &Path) -> anyhow::Result<()> {
+    crate::bpf::remove_pinned(bpffs)
+        .with_context(|| format!("removing the pinned state under {}", bpffs.display()))?;
+    info!(state = %bpffs.display(), "pinned state removed: enforcement ended");
     Ok(())
 }
 
@@ -305,10 +423,12 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    /// Records what is enforced, by target id; can be told to fail.
+    /// Records what is enforced, by target id, and what is staged, by parent id and name; can
+    /// be told to fail.
     #[derive(Default)]
     struct FakeKernel {
         enforced: HashMap<u64, String>,
+        staged: HashMap<(u64, String), String>,
         fail: bool,
     }
 
@@ -323,6 +443,21 @@ mod tests {
 
         fn remove(&mut self, target_id: u64) -> Result<bool, MapError> {
             Ok(self.enforced.remove(&target_id).is_some())
+        }
+
+        fn stage(
+            &mut self,
+            parent: &Cgroup,
+            name: &str,
+            policy: Arc<CompiledPolicy>,
+        ) -> Result<(), StageError> {
+            self.staged
+                .insert((parent.id, name.to_owned()), policy.name.clone());
+            Ok(())
+        }
+
+        fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError> {
+            Ok(self.staged.remove(&(parent_id, name.to_owned())).is_some())
         }
     }
 
@@ -423,35 +558,56 @@ mod tests {
         let mut setup = Setup::new("targets");
         setup.write("a.yaml", "a", "app");
         setup.write("b.yaml", "b", "app");
-        setup.write("c.yaml", "c", "gone");
+        setup.write("c.yaml", "c", "gone/deeper");
         assert_eq!(
             setup.reconcile(),
             [
                 "/policies/b.yaml: spec.target.cgroupPath: /cgroup/app already has a policy, from /policies/a.yaml; not enforced",
-                "/policies/c.yaml: spec.target.cgroupPath: cgroup /cgroup/gone does not exist; not enforced",
+                "/policies/c.yaml: spec.target.cgroupPath: cgroup /cgroup/gone/deeper does not exist; not enforced",
             ]
         );
         assert_eq!(setup.enforced("app"), Some("a"));
     }
 
     #[test]
-    fn a_target_created_later_is_enforced_and_errors_are_reported_once() {
+    fn a_target_not_created_yet_is_armed_then_enforced() {
         let mut setup = Setup::new("later");
-        setup.write("late.yaml", "late", "late");
-        let missing = [
-            "/policies/late.yaml: spec.target.cgroupPath: cgroup /cgroup/late does not exist; not enforced",
-        ];
-        assert_eq!(setup.reconcile(), missing);
-        assert!(
-            setup.reconcile().is_empty(),
-            "a lasting error is reported once"
-        );
-        std::fs::create_dir(setup.base.join("cgroup/late")).unwrap();
+        setup.write("late.yaml", "late", "app/late");
         assert!(setup.reconcile().is_empty());
-        assert_eq!(setup.enforced("late"), Some("late"));
-        std::fs::remove_dir(setup.base.join("cgroup/late")).unwrap();
-        std::fs::write(setup.base.join("policies/late.yaml"), "kind: [").unwrap();
-        assert_eq!(setup.reconcile().len(), 1);
+        let staged = (setup.id("app"), "late".to_owned());
+        assert_eq!(
+            setup.kernel.staged.get(&staged).map(String::as_str),
+            Some("late")
+        );
+        assert!(setup.policies.all_enforced());
+        std::fs::create_dir(setup.base.join("cgroup/app/late")).unwrap();
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.enforced("app/late"), Some("late"));
+        assert!(setup.kernel.staged.is_empty(), "armed no longer");
+        // Deleted again: armed again for the next one.
+        std::fs::remove_dir(setup.base.join("cgroup/app/late")).unwrap();
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(
+            setup.kernel.staged.get(&staged).map(String::as_str),
+            Some("late")
+        );
+        std::fs::remove_file(setup.base.join("policies/late.yaml")).unwrap();
+        assert!(setup.reconcile().is_empty());
+        assert!(setup.kernel.staged.is_empty());
+    }
+
+    #[test]
+    fn a_lasting_error_is_reported_once() {
+        let mut setup = Setup::new("once");
+        setup.write("late.yaml", "late", "nowhere/late");
+        assert_eq!(
+            setup.reconcile(),
+            [
+                "/policies/late.yaml: spec.target.cgroupPath: cgroup /cgroup/nowhere/late does not exist; not enforced"
+            ]
+        );
+        assert!(setup.reconcile().is_empty(), "reported once");
+        assert!(!setup.policies.all_enforced());
     }
 
     #[test]

@@ -28,7 +28,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
         info!("spec.target is ignored: `palisade run` protects the cgroup it creates");
     }
     let mut signals = Signals::install()?;
-    let mut session = Session::start(args.events.as_deref(), Box::new(std::io::stderr()))?;
+    // Enforcement ends with the command: nothing is pinned.
+    let enforcer = crate::bpf::Enforcer::load().context("cannot enforce")?;
+    let mut session = Session::start(
+        enforcer,
+        args.events.as_deref(),
+        Box::new(std::io::stderr()),
+    )?;
+    let mut own_files = vec![args.policy.as_path()];
+    own_files.extend(args.events.as_deref());
+    session.protect_own_files(&own_files)?;
     let cgroups = Hierarchy::find()?;
     let cgroup = cgroups.create(
         &cgroups.mount,

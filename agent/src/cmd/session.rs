@@ -29,8 +29,18 @@ struct Losses {
 }
 
 impl Session {
-    /// Loads the programs. Events go to `events` (appended to) or to `default_sink`.
+    /// Forbids targets to change what enforcement depends on: this executable and `files`.
+    pub fn protect_own_files(&mut self, files: &[&Path]) -> anyhow::Result<()> {
+        let exe = std::env::current_exe().context("finding this executable")?;
+        for path in std::iter::once(exe.as_path()).chain(files.iter().copied()) {
+            self.enforcer.protect(path)?;
+        }
+        Ok(())
+    }
+
+    /// Reads `enforcer`'s events into `events` (appended to) or into `default_sink`.
     pub fn start(
+        mut enforcer: Enforcer,
         events: Option<&Path>,
         default_sink: Box<dyn Write + Send>,
     ) -> anyhow::Result<Self> {
@@ -44,7 +54,6 @@ impl Session {
             ),
             None => default_sink,
         };
-        let mut enforcer = Enforcer::load().context("cannot enforce")?;
         let ring = enforcer
             .take_events()
             .context("the event ring buffer is missing")?;

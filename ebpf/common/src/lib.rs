@@ -13,6 +13,8 @@ const _: () = assert!(core::mem::size_of::<PathVerdict>() == 48);
 const _: () = assert!(core::mem::size_of::<Policy>() == 8 + 8 * (CAP_COUNT as usize + 12));
 const _: () = assert!(core::mem::size_of::<NetworkKeyData>() == 24);
 const _: () = assert!(core::mem::size_of::<Event>() == 400);
+// StageError's message names the longest cgroup name that can be armed.
+const _: () = assert!(CGROUP_NAME_LEN == 64);
 
 #[cfg(feature = "user")]
 mod user {
@@ -31,4 +33,6 @@ mod user {
     unsafe impl aya::Pod for SocketKey {}
     unsafe impl aya::Pod for NetworkKeyData {}
     unsafe impl aya::Pod for Verdict {}
+    unsafe impl aya::Pod for PendingKey {}
+    unsafe impl aya::Pod for InodeKey {}
 }

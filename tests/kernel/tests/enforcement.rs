@@ -3,7 +3,8 @@
 
 use std::{
     os::unix::fs::MetadataExt,
-    process::{Command, Stdio},
+    path::Path,
+    process::{Child, Command},
     time::{Duration, Instant},
 };
 
@@ -11,9 +12,12 @@ use std::{
 mod builtin_rules;
 #[path = "enforcement/modes.rs"]
 mod modes;
+#[path = "enforcement/persistence.rs"]
+mod persistence;
 
 use palisade_kernel_tests::{
-    Answer, EPERM, Kernel, binary, deny_read, file, policy, probe, spawn_probe,
+    Answer, EPERM, Kernel, assert_allowed, assert_denied_once, binary, deny_read, file, policy,
+    probe, spawn_probe,
 };
 
 #[test]
@@ -342,6 +346,73 @@ fn write_policy(path: &str, name: &str, cgroup: &str, denied: &str) {
     )).unwrap();
 }
 
+/// A `palisade agent` process, its log going to a file.
+struct Agent {
+    child: Child,
+    log: String,
+}
+
+impl Agent {
+    /// Starts the agent on the policy directory `dir`, pinning under `bpffs`; `name` names its
+    /// log (/tmp/NAME.log) and events (/tmp/NAME-events.jsonl).
+    fn start(dir: &str, bpffs: &str, name: &str) -> Self {
+        let log = format!("/tmp/{name}.log");
+        let events = format!("/tmp/{name}-events.jsonl");
+        let child = Command::new(binary("PALISADE_BIN"))
+            .args([
+                "agent",
+                "--policy-dir",
+                dir,
+                "--bpffs",
+                bpffs,
+                "--events",
+                &events,
+            ])
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Self { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_for_log(&self, needle: &str) {
+        let started = Instant::now();
+        while !self.log().contains(needle) {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the agent never logged {needle:?}: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends `signal` and waits; returns whether it exited successfully, and its log.
+    fn stop(mut self, signal: i32) -> (bool, String) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+        let status = self.child.wait().unwrap();
+        (status.success(), self.log())
+    }
+}
+
+/// `palisade agent --cleanup`: afterwards nothing is pinned under `bpffs`.
+fn cleanup_agent(bpffs: &str) {
+    let out = Command::new(binary("PALISADE_BIN"))
+        .args(["agent", "--cleanup", "--bpffs", bpffs])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!Path::new(bpffs).exists());
+}
+
 /// Polls until `probe read path` in `cgroup` answers `expected` (the agent applies changes
 /// asynchronously).
 fn eventually(cgroup: &palisade_agent::targets::Cgroup, path: &str, expected: &Answer) {
@@ -367,17 +438,8 @@ fn agent_applies_replaces_and_removes_policy_files() {
     let policy_file = format!("{dir}/app.yaml");
     let cgroup = target.path.to_str().unwrap();
     write_policy(&policy_file, "app", cgroup, first);
-    let agent = Command::new(binary("PALISADE_BIN"))
-        .args([
-            "agent",
-            "--policy-dir",
-            dir,
-            "--events",
-            "/tmp/agent-events.jsonl",
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let bpffs = "/sys/fs/bpf/palisade-test-files";
+    let agent = Agent::start(dir, bpffs, "agent");
     eventually(&target, first, &EPERM);
     // A broken version is rejected; the enforced one stays.
     std::fs::write(&policy_file, "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata: {name: app}\nspec:\n  rulez: []\n").unwrap();
@@ -390,11 +452,9 @@ fn agent_applies_replaces_and_removes_policy_files() {
     // Removing the file removes the policy.
     std::fs::remove_file(&policy_file).unwrap();
     eventually(&target, second, &Answer::Ok);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
-    let output = agent.wait_with_output().unwrap();
-    assert!(output.status.success());
-    let log = String::from_utf8_lossy(&output.stderr);
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
     assert!(
         log.contains("app.yaml: spec: unknown field `rulez`"),
         "{log}"
@@ -629,6 +689,43 @@ fn targets_cannot_signal_or_trace_the_enforcing_process() {
         Answer::Ok
     );
     assert!(!sleeper.wait().unwrap().success());
+}
+
+#[test]
+fn targets_cannot_change_the_enforcing_process_files_or_bpffs() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "own-files");
+    kernel.apply(&target, policy("own-files", "    files: []\n"));
+    let policy_file = file("/tmp/own-files/policies/app.yaml");
+    let events = file("/tmp/own-files/events.jsonl");
+    kernel
+        .enforcer()
+        .protect(Path::new("/tmp/own-files/policies"))
+        .unwrap();
+    kernel.enforcer().protect(Path::new(events)).unwrap();
+    let pins = "/sys/fs/bpf/palisade-test-own";
+    std::fs::create_dir_all(pins).unwrap();
+    let rule = "palisade-self-protection";
+    for violation in [
+        vec!["write", policy_file],
+        vec!["unlink", policy_file],
+        vec!["rename", policy_file, "/tmp/own-files/moved.yaml"],
+        vec!["symlink", "/etc/passwd", "/tmp/own-files/policies/new.yaml"],
+        vec!["append", events],
+        vec!["truncate", events],
+        vec!["chmod", events, "600"],
+        vec!["mkdir", "/sys/fs/bpf/palisade-test-evil"],
+        vec!["rename", pins, "/sys/fs/bpf/palisade-test-moved"],
+    ] {
+        assert_denied_once(&mut kernel, &target, rule, &violation, libc::EPERM);
+    }
+    assert_allowed(&mut kernel, &target, &["read", policy_file]);
+    assert_allowed(
+        &mut kernel,
+        &target,
+        &["write", file("/tmp/own-files/other")],
+    );
+    std::fs::remove_dir(pins).unwrap();
 }
 
 #[test]

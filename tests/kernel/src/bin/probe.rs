@@ -16,7 +16,7 @@
 //! probe clone-tree SOURCE TARGET       (open_tree(OPEN_TREE_CLONE), move_mount)
 //! probe umount TARGET
 //! probe sethostname | init-module | unshare-user | unshare-user-then-uts | unshare-uts
-//! probe bpf-prog-load | bpf-map-create | attach-filter | bind-port PORT
+//! probe bpf-prog-load | bpf-map-create | attach-filter | bind-port PORT | bpf-obj-get PATH
 //! probe socket FAMILY TYPE PROTOCOL
 //! probe connect IP PORT | sendto IP PORT   (TCP | UDP; the IP's form picks the socket family)
 //! probe unix-connect PATH|@ABSTRACT
@@ -262,6 +262,18 @@ fn bpf(command: libc::c_long) -> io::Result<()> {
     Ok(())
 }
 
+/// BPF_OBJ_GET: a descriptor of the object pinned at `path`.
+fn bpf_obj_get(path: &str) -> io::Result<()> {
+    let path = c_string(path);
+    let mut attr = [0u8; 16];
+    attr[..8].copy_from_slice(&(path.as_ptr() as u64).to_ne_bytes());
+    // SAFETY: attr holds a valid pathname pointer; the rest is zero.
+    let fd = fd(unsafe { libc::syscall(libc::SYS_bpf, 7, attr.as_ptr(), attr.len()) })?;
+    // SAFETY: closing the descriptor just obtained.
+    unsafe { libc::close(fd) };
+    Ok(())
+}
+
 fn socket(
     family: libc::c_int,
     kind: libc::c_int,
@@ -363,6 +375,7 @@ fn main() -> ExitCode {
         ["bpf-prog-load"] => report(bpf(5)),
         ["bpf-map-create"] => report(bpf(0)),
         ["attach-filter"] => report(attach_filter()),
+        ["bpf-obj-get", path] => report(bpf_obj_get(path)),
         ["bind-port", port] => report(
             std::net::TcpListener::bind(("0.0.0.0", port.parse::<u16>().expect("a port")))
                 .map(drop),

@@ -1,0 +1,109 @@
+//! Where the agent keeps its maps and program links in bpffs, so that enforcement outlives the
+//! agent process: `ROOT/VERSION/maps/NAME` and `ROOT/VERSION/links/NAME`. VERSION names the BPF
+//! object, so a restarted agent of the same build adopts the state as it is, and a new build
+//! starts its own next to the old one and removes the old one once it enforces.
+
+use std::{
+    io,
+    path::{Path, PathBuf},
+};
+
+use super::OBJECT;
+
+/// The default root, under the conventional bpffs mount.
+pub const DEFAULT_ROOT: &str = "/sys/fs/bpf/palisade";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedState {
+    pub root: PathBuf,
+    /// The program version this state belongs to.
+    pub version: String,
+}
+
+/// The version of the embedded BPF object: a digest of its bytes (FNV-1a, 64 bits).
+pub fn object_version() -> String {
+    let digest = OBJECT.iter().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("v{digest:016x}")
+}
+
+impl PinnedState {
+    /// The state of this build's programs under `root`.
+    pub fn new(root: &Path) -> Self {
+        Self {
+            root: root.to_owned(),
+            version: object_version(),
+        }
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.root.join(&self.version)
+    }
+
+    pub fn map(&self, name: &str) -> PathBuf {
+        self.dir().join("maps").join(name)
+    }
+
+    pub fn link(&self, program: &str) -> PathBuf {
+        self.dir().join("links").join(program)
+    }
+
+    /// Whether every program of this version is attached through a pinned link.
+    pub fn links_complete(&self, programs: &[&str]) -> bool {
+        programs.iter().all(|program| self.link(program).exists())
+    }
+
+    /// The state of other versions under the same root.
+    pub fn others(&self) -> io::Result<Vec<PathBuf>> {
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(err) => return Err(err),
+        };
+        let mut others = Vec::new();
+        for entry in entries {
+            let path = entry?.path();
+            if path.file_name() != Some(self.version.as_ref()) {
+                others.push(path);
+            }
+        }
+        Ok(others)
+    }
+}
+
+/// Unpins everything under `dir`: links whose last reference this was detach their programs,
+/// maps whose last reference this was are freed.
+pub fn remove(dir: &Path) -> io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_and_other_versions() {
+        let root = std::env::temp_dir().join(format!("palisade-pinned-{}", std::process::id()));
+        let _ = remove(&root);
+        let state = PinnedState::new(&root);
+        assert!(state.version.starts_with('v') && state.version.len() == 17);
+        assert_eq!(state.version, object_version(), "stable for one build");
+        assert_eq!(
+            state.map("targets"),
+            root.join(&state.version).join("maps/targets")
+        );
+        assert_eq!(state.others().unwrap(), Vec::<PathBuf>::new());
+        std::fs::create_dir_all(state.dir().join("links")).unwrap();
+        std::fs::create_dir_all(root.join("v-older")).unwrap();
+        assert_eq!(state.others().unwrap(), [root.join("v-older")]);
+        assert!(!state.links_complete(&["file_open"]));
+        std::fs::write(state.link("file_open"), "").unwrap();
+        assert!(state.links_complete(&["file_open"]));
+        remove(&root).unwrap();
+        assert!(!root.exists());
+    }
+}

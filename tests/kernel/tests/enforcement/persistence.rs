@@ -1,0 +1,194 @@
+//! Enforcement that outlives the agent: pinned in bpffs, taken over by a restarted agent, handed
+//! over by a new build without a moment unprotected, and removed only by `--cleanup`; and
+//! enforcement that starts before a target does: a cgroup created after its policy is armed by
+//! the kernel before anything runs in it.
+
+use std::{
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use palisade_agent::bpf::{Enforcer, PinnedState, object_version};
+use palisade_kernel_tests::{Answer, EPERM, Kernel, deny_read, file, policy, probe, spawn_probe};
+
+use super::{Agent, cleanup_agent, eventually, write_policy};
+
+/// Reads `path` in a loop inside the target until told to stop; returns how often each answer
+/// came.
+struct Prober {
+    child: std::process::Child,
+    stop: String,
+}
+
+impl Prober {
+    fn start(target: &palisade_agent::targets::Cgroup, path: &str, stop: &str) -> Self {
+        let _ = std::fs::remove_file(stop);
+        Self {
+            child: spawn_probe(Some(target), &["read-until", path, stop]),
+            stop: stop.to_owned(),
+        }
+    }
+
+    /// Stops it; returns its report, e.g. "ok=0 eperm=1234 other=0".
+    fn finish(self) -> String {
+        std::fs::write(&self.stop, "").unwrap();
+        let out = self.child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+fn assert_never_allowed(report: &str) {
+    assert!(
+        report.starts_with("ok=0 eperm=") && !report.starts_with("ok=0 eperm=0 "),
+        "the file was readable at some point: {report}"
+    );
+}
+
+fn fresh_dir(path: &str) -> &str {
+    let _ = std::fs::remove_dir_all(path);
+    std::fs::create_dir_all(path).unwrap();
+    path
+}
+
+#[test]
+fn a_killed_agent_keeps_enforcing_and_a_restarted_one_takes_over() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "persist");
+    let first = file("/tmp/persist/first");
+    let second = file("/tmp/persist/second");
+    let dir = fresh_dir("/tmp/persist-policies");
+    let bpffs = "/sys/fs/bpf/palisade-test-persist";
+    let policy_file = format!("{dir}/app.yaml");
+    let cgroup = target.path.to_str().unwrap();
+    write_policy(&policy_file, "app", cgroup, first);
+    let agent = Agent::start(dir, bpffs, "persist-1");
+    eventually(&target, first, &EPERM);
+    let prober = Prober::start(&target, first, "/tmp/persist/stop");
+    agent.stop(libc::SIGKILL);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        probe(Some(&target), &["read", first]),
+        EPERM,
+        "no agent, still enforced"
+    );
+    let agent = Agent::start(dir, bpffs, "persist-2");
+    agent.wait_for_log("agent ready");
+    assert_never_allowed(&prober.finish());
+    // The restarted agent adopted the programs: one link per program, none attached twice.
+    let links = Path::new(bpffs).join(object_version()).join("links");
+    let pinned = std::fs::read_dir(&links).unwrap().count();
+    assert_eq!(pinned, palisade_agent::bpf::PROGRAM_COUNT);
+    // And it is in charge: a change to the policy takes effect.
+    write_policy(&policy_file, "app", cgroup, second);
+    eventually(&target, second, &EPERM);
+    assert_eq!(probe(Some(&target), &["read", first]), Answer::Ok);
+    // Stopping the agent leaves enforcement in place; --cleanup ends it.
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    assert_eq!(probe(Some(&target), &["read", second]), EPERM);
+    cleanup_agent(bpffs);
+    // The kernel releases unpinned links asynchronously (6.12 defers it to a workqueue).
+    eventually(&target, second, &Answer::Ok);
+}
+
+#[test]
+fn a_new_build_takes_over_with_no_unprotected_window() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "upgrade");
+    let secret = file("/tmp/upgrade/secret");
+    let bpffs = "/sys/fs/bpf/palisade-test-upgrade";
+    let older = PinnedState {
+        root: bpffs.into(),
+        version: "v-older-build".to_owned(),
+    };
+    let older_dir = older.dir();
+    let _ = std::fs::remove_dir_all(bpffs);
+    // An older build's agent enforced the policy and exited, leaving its state pinned.
+    {
+        let mut old = Enforcer::load_pinned(older).unwrap();
+        old.apply(&target, policy("old", &deny_read(secret)))
+            .unwrap();
+    }
+    assert_eq!(probe(Some(&target), &["read", secret]), EPERM);
+    let prober = Prober::start(&target, secret, "/tmp/upgrade/stop");
+    let dir = fresh_dir("/tmp/upgrade-policies");
+    write_policy(
+        &format!("{dir}/app.yaml"),
+        "app",
+        target.path.to_str().unwrap(),
+        secret,
+    );
+    let agent = Agent::start(dir, bpffs, "upgrade");
+    // The new build removes the old state once it enforces every policy itself.
+    let started = Instant::now();
+    while older_dir.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the old build's state stays"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(Path::new(bpffs).join(object_version()).exists());
+    std::thread::sleep(Duration::from_secs(1));
+    assert_never_allowed(&prober.finish());
+    assert_eq!(probe(Some(&target), &["read", secret]), EPERM);
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    assert!(
+        log.contains("removed the pinned state of another build"),
+        "{log}"
+    );
+    cleanup_agent(bpffs);
+    eventually(&target, secret, &Answer::Ok);
+}
+
+#[test]
+fn a_cgroup_created_after_its_policy_is_armed_before_its_first_exec() {
+    let mut kernel = Kernel::new();
+    let parent = kernel.cgroup(None, "arming");
+    let tool = "/tmp/arming/bin/tool";
+    std::fs::create_dir_all("/tmp/arming/bin").unwrap();
+    std::fs::copy(palisade_kernel_tests::binary("PALISADE_PROBE"), tool).unwrap();
+    let dir = fresh_dir("/tmp/arming-policies");
+    let bpffs = "/sys/fs/bpf/palisade-test-arming";
+    std::fs::write(
+        format!("{dir}/pod.yaml"),
+        format!(
+            "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: pod\nspec:\n  target:\n    cgroupPath: {}/new-pod\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    customRules:\n      exec:\n        - paths: [{tool}]\n          action: deny\n",
+            parent.path.display()
+        ),
+    )
+    .unwrap();
+    let agent = Agent::start(dir, bpffs, "arming");
+    agent.wait_for_log("armed until created");
+    // The agent looks at cgroups every few seconds; the kernel arms the new one at creation, so
+    // the very first program run in it is already decided by the policy.
+    let pod = kernel.cgroup(Some(&parent), "new-pod");
+    let procs = pod.procs_file();
+    let mut first = std::process::Command::new(tool);
+    first.args(["read", "/proc/version"]);
+    // SAFETY: join_in_child only makes async-signal-safe calls.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut first, move || {
+            palisade_agent::targets::join_in_child(&procs)
+        })
+    };
+    let error = first.output().expect_err("the first exec is denied");
+    assert_eq!(error.raw_os_error(), Some(libc::EPERM), "{error}");
+    assert_eq!(probe(Some(&pod), &["read", "/proc/version"]), Answer::Ok);
+    // Nor can the workload touch the agent's policies or its pinned maps.
+    let policy_file = format!("{dir}/pod.yaml");
+    assert_eq!(probe(Some(&pod), &["write", &policy_file]), EPERM);
+    let targets_map = Path::new(bpffs).join(object_version()).join("maps/targets");
+    assert_eq!(
+        probe(Some(&pod), &["bpf-obj-get", targets_map.to_str().unwrap()]),
+        EPERM
+    );
+    assert_eq!(
+        probe(None, &["bpf-obj-get", targets_map.to_str().unwrap()]),
+        Answer::Ok
+    );
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
+}
