@@ -124,9 +124,10 @@ struct {
  * overwritten by another task's decision on the same CPU (see the note in README.md).
  */
 struct scratch {
-	/* Room for a name of NAME_MAX bytes written at any offset below PATH_BUF_LEN. */
-	char path[PATH_BUF_LEN + NAME_MAX + 1];
-	char walk[PATH_BUF_LEN + NAME_MAX + 1]; /* paths built backwards by path_walk.h */
+	char path[PATH_BUF_LEN];
+	/* Paths built backwards by path_walk.h: room for a name of NAME_MAX bytes written at any
+	 * offset below PATH_BUF_LEN. */
+	char walk[PATH_BUF_LEN + NAME_MAX + 1];
 	struct palisade_trie_key key;
 };
 

@@ -5,7 +5,7 @@
 //! opened or executed file's path, the device behind a device file, the socket a UNIX connect
 //! reaches, the file system type of a mount, the protocol a socket really uses.
 
-use super::effect::{Effect, Switch};
+use super::effect::{EXEC_RULE_PERMS, Effect, Switch};
 
 /// The list of `spec.enhanceProtect` a built-in rule belongs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +127,6 @@ const DEFAULT_CAPS: [&str; 14] = [
 const READ: u32 = palisade_common::PERM_READ;
 /// Writing covers appending, truncating, deleting, renaming, linking and chmod.
 const WRITE: u32 = palisade_common::PERM_WRITE | palisade_common::PERM_APPEND;
-const EXEC: u32 = palisade_common::PERM_EXEC;
 
 fn files(patterns: &[&str], perms: u32) -> Effect {
     Effect::Paths {
@@ -145,7 +144,7 @@ fn exec(names: &[&str]) -> Effect {
             .iter()
             .map(String::as_str)
             .collect::<Vec<_>>(),
-        EXEC,
+        EXEC_RULE_PERMS,
     )
 }
 

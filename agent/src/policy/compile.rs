@@ -21,7 +21,7 @@ use palisade_common::{
 use super::{
     Action, EnhanceProtect, Mode, Pattern, Permission, Policy, PolicyError, PortRange, Protocol,
     catalog::{self, Category, Environment},
-    effect::{AddressBlock, Effect, parse_port_range},
+    effect::{AddressBlock, EXEC_RULE_PERMS, Effect, parse_port_range},
 };
 
 /// What one policy compiles to, independent of the policy id it is installed under.
@@ -503,7 +503,7 @@ fn custom_rules(
     for (index, rule) in custom.exec.iter().enumerate() {
         let effects = vec![Effect::Paths {
             patterns: rule.paths.clone(),
-            perms: PERM_EXEC,
+            perms: EXEC_RULE_PERMS,
         }];
         push("exec", index, &rule.name, rule.action, effects);
     }
@@ -729,7 +729,12 @@ mod tests {
             decide(&policy, "/usr/bin/curl", PERM_EXEC),
             (ACTION_DENY, 3)
         );
-        assert_eq!(decide(&policy, "/usr/bin/curl", PERM_READ), (0, 0));
+        // Reading it would allow a copy under another name.
+        assert_eq!(
+            decide(&policy, "/usr/bin/curl", PERM_READ),
+            (ACTION_DENY, 3)
+        );
+        assert_eq!(decide(&policy, "/usr/bin/curl", PERM_WRITE), (0, 0));
     }
 
     /// The tries answer exactly what the patterns mean (`Pattern::matches`), rule by rule.

@@ -5,6 +5,10 @@ use std::net::IpAddr;
 
 use palisade_common::{Policy as KernelPolicy, Verdict};
 
+/// What an exec rule covers: running the file, and reading it, so that a target cannot make a
+/// copy (or, reading being needed to link, a hard link) to run under another name.
+pub const EXEC_RULE_PERMS: u32 = palisade_common::PERM_EXEC | palisade_common::PERM_READ;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
     /// Path patterns (see `Pattern`) and the permissions they cover.

@@ -104,10 +104,10 @@ fn exec_denied_in_target_by_the_file_executed_and_allowed_outside() {
         probe(Some(&target), &["exec", "/tmp/exec/link", "echo", "ok"]),
         EPERM
     );
-    // Reading the file is not executing it.
+    // An exec rule also refuses reading: no copy can be made to run under another name.
     assert_eq!(
         probe(Some(&target), &["read", "/tmp/exec/bin/busybox"]),
-        Answer::Ok
+        EPERM
     );
     assert_eq!(
         probe(None, &["exec", "/tmp/exec/bin/busybox", "echo", "ok"]),
@@ -594,8 +594,10 @@ fn exec_rules_cover_descriptors_the_dynamic_loader_and_executable_mappings() {
         &target,
         policy(
             "loader",
+            // Only the exec permission (an exec rule also refuses reading), to show that every
+            // way of running the file is covered by itself.
             &format!(
-                "    exec:\n      - name: tool\n        paths: [{tool}]\n        action: deny\n"
+                "    files:\n      - name: tool\n        paths: [{tool}]\n        permissions: [exec]\n        action: deny\n"
             ),
         ),
     );
