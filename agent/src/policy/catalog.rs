@@ -104,7 +104,7 @@ fn caps(names: &[&str]) -> u64 {
     })
 }
 
-const ALL_CAPS: u64 = (1 << CAPABILITIES.len()) - 1;
+pub const ALL_CAPS: u64 = (1 << CAPABILITIES.len()) - 1;
 
 /// What containerd grants by default; disable-cap-privileged denies every other capability.
 const DEFAULT_CAPS: [&str; 14] = [

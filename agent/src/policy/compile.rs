@@ -21,7 +21,7 @@ use palisade_common::{
 use super::{
     Action, EnhanceProtect, Mode, Pattern, Permission, Policy, PolicyError, PortRange, Protocol,
     catalog::{self, Category, Environment},
-    effect::{AddressBlock, EXEC_RULE_PERMS, Effect, parse_port_range},
+    effect::{AddressBlock, EXEC_RULE_PERMS, Effect, Switch, parse_port_range},
 };
 
 /// What one policy compiles to, independent of the policy id it is installed under.
@@ -545,7 +545,7 @@ fn custom_rules(
     }
     for (index, rule) in custom.mount.iter().enumerate() {
         let effect = if rule.fs_types.is_empty() {
-            Effect::Switch(super::effect::Switch::Mount)
+            Effect::Switch(Switch::Mount)
         } else {
             Effect::MountTypes(rule.fs_types.clone())
         };
@@ -555,7 +555,7 @@ fn custom_rules(
         let mut mask = 0u64;
         for (cap_index, name) in rule.capabilities.iter().enumerate() {
             mask |= match name.as_str() {
-                "all" => (1 << catalog::CAPABILITIES.len()) - 1,
+                "all" => catalog::ALL_CAPS,
                 name => {
                     1 << catalog::capability(name).ok_or_else(|| {
                         PolicyError::new(
