@@ -95,13 +95,17 @@ pub enum Answer {
 
 pub const EPERM: Answer = Answer::Errno(libc::EPERM);
 
-fn answer(stdout: &[u8]) -> Answer {
-    let text = String::from_utf8_lossy(stdout);
+fn answer(out: &std::process::Output) -> Answer {
+    let text = String::from_utf8_lossy(&out.stdout);
     match text.trim() {
         "ok" => Answer::Ok,
         other => match other.strip_prefix("errno ").and_then(|n| n.parse().ok()) {
             Some(errno) => Answer::Errno(errno),
-            None => panic!("unexpected probe output: {other:?}"),
+            None => panic!(
+                "unexpected probe output: {other:?} ({}; stderr: {})",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ),
         },
     }
 }
@@ -109,7 +113,10 @@ fn answer(stdout: &[u8]) -> Answer {
 /// The probe (tests/kernel/src/bin/probe.rs), placed in `cgroup` before it executes.
 pub fn probe_command(cgroup: Option<&Cgroup>, args: &[&str]) -> Command {
     let mut command = Command::new(binary("PALISADE_PROBE"));
-    command.args(args).stdout(Stdio::piped());
+    command
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     if let Some(cgroup) = cgroup {
         let procs = cgroup.procs_file();
         // SAFETY: join_in_child only makes async-signal-safe calls.
@@ -127,7 +134,7 @@ pub fn probe(cgroup: Option<&Cgroup>, args: &[&str]) -> Answer {
     let out = probe_command(cgroup, args)
         .output()
         .expect("running the probe");
-    answer(&out.stdout)
+    answer(&out)
 }
 
 pub fn spawn_probe(cgroup: Option<&Cgroup>, args: &[&str]) -> Child {

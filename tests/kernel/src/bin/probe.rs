@@ -7,7 +7,8 @@
 //! probe map-exec PATH            (mmap with PROT_EXEC)
 //! probe kill PID SIGNAL
 //! probe read-until PATH STOP   (reads until the file STOP exists; prints `ok=N eperm=N other=N`)
-//! probe truncate|unlink|mkdir|readlink PATH
+//! probe truncate|unlink|mkdir|readlink|chroot|mknod-block PATH
+//! probe setuid UID
 //! probe rename|link|symlink FROM TO
 //! probe chmod PATH OCTAL-MODE | chown PATH UID GID
 //! probe mount FSTYPE SOURCE TARGET     (mount(2))
@@ -131,6 +132,12 @@ fn path_op(op: &str, path: &str) -> io::Result<()> {
             "unlink" => libc::unlink(c_path.as_ptr()) as libc::c_long,
             "mkdir" => libc::mkdir(c_path.as_ptr(), 0o755) as libc::c_long,
             "umount" => libc::umount(c_path.as_ptr()) as libc::c_long,
+            "chroot" => libc::chroot(c_path.as_ptr()) as libc::c_long,
+            // A block device node for /dev/ram0.
+            "mknod-block" => {
+                libc::mknod(c_path.as_ptr(), libc::S_IFBLK | 0o600, libc::makedev(1, 0))
+                    as libc::c_long
+            }
             "readlink" => {
                 let mut buf = [0u8; 256];
                 libc::readlink(c_path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) as libc::c_long
@@ -335,9 +342,14 @@ fn main() -> ExitCode {
         ["map-exec", path] => report(map_exec(path)),
         ["kill", pid, signal] => report(kill(pid, signal)),
         [
-            op @ ("truncate" | "unlink" | "mkdir" | "readlink" | "umount"),
+            op @ ("truncate" | "unlink" | "mkdir" | "readlink" | "umount" | "chroot"
+            | "mknod-block"),
             path,
         ] => report(path_op(op, path)),
+        ["setuid", uid] => {
+            // SAFETY: setuid has no memory preconditions.
+            report(check(unsafe { libc::setuid(uid.parse().expect("a uid")) }.into()).map(drop))
+        }
         [op @ ("rename" | "link" | "symlink"), from, to] => report(two_path_op(op, from, to)),
         ["chmod", path, mode] => report(std::fs::set_permissions(
             path,

@@ -323,20 +323,81 @@ fn disable_cap_privileged_leaves_the_runtime_defaults() {
 }
 
 #[test]
-fn disable_cap_by_name() {
+fn disable_cap_by_name_across_capabilities() {
     let owned = file("/tmp/caps/named");
-    file_rule(
-        HARDENING,
-        "disable-cap-sys-admin",
-        &["sethostname"],
-        &["chown", owned, "1000", "1000"],
-    );
-    file_rule(
-        HARDENING,
-        "disable-cap-chown",
-        &["chown", owned, "1001", "1001"],
-        &["sethostname"],
-    );
+    let locked = file("/tmp/caps/locked");
+    std::fs::set_permissions(locked, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
+    let _ = std::fs::remove_file("/tmp/caps/node");
+    // One operation each capability guards; the kernel answers EACCES for some of them.
+    let cases: [(&str, &str, Vec<&str>, i32); 9] = [
+        (
+            "disable-cap-sys-admin",
+            "CAP_SYS_ADMIN",
+            vec!["sethostname"],
+            libc::EPERM,
+        ),
+        (
+            "disable-cap-chown",
+            "CAP_CHOWN",
+            vec!["chown", owned, "1001", "1001"],
+            libc::EPERM,
+        ),
+        (
+            "disable-cap-net-bind-service",
+            "CAP_NET_BIND_SERVICE",
+            vec!["bind-port", "81"],
+            libc::EACCES,
+        ),
+        (
+            "disable-cap-net-raw",
+            "CAP_NET_RAW",
+            vec!["socket", "2", "3", "1"],
+            libc::EPERM,
+        ),
+        (
+            "disable-cap-sys-chroot",
+            "CAP_SYS_CHROOT",
+            vec!["chroot", "/tmp"],
+            libc::EPERM,
+        ),
+        (
+            "disable-cap-mknod",
+            "CAP_MKNOD",
+            vec!["mknod-block", "/tmp/caps/node"],
+            libc::EPERM,
+        ),
+        (
+            "disable-cap-setuid",
+            "CAP_SETUID",
+            vec!["setuid", "1000"],
+            libc::EPERM,
+        ),
+        (
+            "disable-cap-dac-override",
+            "CAP_DAC_OVERRIDE",
+            vec!["write", locked],
+            libc::EACCES,
+        ),
+        (
+            "disable-cap-sys-module",
+            "CAP_SYS_MODULE",
+            vec!["init-module"],
+            libc::EPERM,
+        ),
+    ];
+    for (rule, capability, violation, errno) in cases {
+        let mut kernel = Kernel::new();
+        let target = protect_with_rule(&mut kernel, HARDENING, rule);
+        let event = assert_denied_once(&mut kernel, &target, rule, &violation, errno);
+        assert_eq!(event.capability.as_deref(), Some(capability), "{event:#?}");
+        // Only that capability: another privileged operation still works.
+        let control = if rule == "disable-cap-sys-admin" {
+            vec!["chroot", "/"]
+        } else {
+            vec!["sethostname"]
+        };
+        assert_allowed(&mut kernel, &target, &control);
+    }
 }
 
 #[test]
