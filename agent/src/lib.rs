@@ -3,5 +3,7 @@
 pub mod bpf;
 pub mod cmd;
 pub mod events;
+pub mod http;
+pub mod metrics;
 pub mod policy;
 pub mod targets;

@@ -27,6 +27,9 @@ enum Command {
         /// Where in bpffs the programs' links and maps are pinned.
         #[arg(long, value_name = "DIR", default_value = palisade_agent::bpf::DEFAULT_ROOT)]
         bpffs: PathBuf,
+        /// Where to serve /metrics, /healthz and /readyz.
+        #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:9464")]
+        metrics_address: std::net::SocketAddr,
         /// Remove everything the agent pinned (ending its enforcement) and exit.
         #[arg(long, conflicts_with = "policy_dir")]
         cleanup: bool,
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
             policy_dir,
             events,
             bpffs,
+            metrics_address,
             ..
         } => runtime()
             .map_err(Into::into)
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
                     policy_dir: policy_dir.expect("required unless --cleanup"),
                     events,
                     bpffs,
+                    metrics_address,
                 }))
             })
             .map(|()| ExitCode::SUCCESS),

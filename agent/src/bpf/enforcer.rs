@@ -593,6 +593,11 @@ impl Enforcer {
         Ok(true)
     }
 
+    /// Cgroups this process made targets.
+    pub fn target_count(&self) -> usize {
+        self.installed.len()
+    }
+
     pub fn stats(&self) -> Result<Stats, MapError> {
         let sum =
             |index: u32| -> Result<u64, MapError> { Ok(self.stats.get(&index, 0)?.iter().sum()) };

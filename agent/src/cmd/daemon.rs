@@ -2,9 +2,13 @@
 
 use std::{
     collections::HashMap,
+    net::SocketAddr,
     path::{Path, PathBuf},
-    sync::Arc,
-    time::Duration,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, SystemTime},
 };
 
 use anyhow::Context;
@@ -19,6 +23,8 @@ use tracing::{error, info, warn};
 use super::session::Session;
 use crate::{
     bpf::{Enforcer, PinnedState, StageError},
+    http::Endpoints,
+    metrics::{KernelSnapshot, Metrics},
     policy::{CompiledPolicy, Environment, PolicyError, Target},
     targets::{Cgroup, CgroupError, Hierarchy},
 };
@@ -30,6 +36,8 @@ pub struct AgentArgs {
     pub events: Option<PathBuf>,
     /// The bpffs directory enforcement is pinned under.
     pub bpffs: PathBuf,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    pub metrics_address: SocketAddr,
 }
 
 /// What reconciling needs from the kernel side (a seam for tests).
@@ -117,6 +125,9 @@ pub struct PolicyDir {
     /// The last error of each file, so that a lasting problem is reported once.
     reported: HashMap<PathBuf, String>,
     environment: Environment,
+    metrics: Arc<Metrics>,
+    /// Changes older than this were made before the agent watched: no apply latency for them.
+    started: SystemTime,
 }
 
 fn is_policy_file(path: &Path) -> bool {
@@ -127,13 +138,15 @@ fn is_policy_file(path: &Path) -> bool {
 }
 
 impl PolicyDir {
-    pub fn new(dir: PathBuf, cgroups: Hierarchy) -> Self {
+    pub fn new(dir: PathBuf, cgroups: Hierarchy, metrics: Arc<Metrics>) -> Self {
         Self {
             dir,
             cgroups,
             enforced: HashMap::new(),
             reported: HashMap::new(),
             environment: Environment::from_process(),
+            metrics,
+            started: SystemTime::now(),
         }
     }
 
@@ -207,6 +220,8 @@ impl PolicyDir {
             .collect();
         new_errors.sort();
         self.reported = errors;
+        self.metrics.policies.set(self.enforced.len() as i64);
+        self.metrics.policy_errors.set(self.reported.len() as i64);
         new_errors
     }
 
@@ -335,6 +350,14 @@ impl PolicyDir {
                 previous.placement.describe()
             );
         }
+        if let Some(latency) = std::fs::metadata(file)
+            .and_then(|metadata| metadata.modified())
+            .ok()
+            .filter(|changed| *changed >= self.started)
+            .and_then(|changed| changed.elapsed().ok())
+        {
+            self.metrics.apply_seconds.observe(latency.as_secs_f64());
+        }
         info!(policy = %name, file = %file.display(), target = %placement.describe(), "policy enforced");
         Ok(())
     }
@@ -378,10 +401,25 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         let _ = changed_tx.try_send(());
     })?;
     watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
-    let mut policies = PolicyDir::new(dir.clone(), Hierarchy::find()?);
+    let metrics = Arc::new(Metrics::new());
+    let ready = Arc::new(AtomicBool::new(false));
+    let (snapshots, mut snapshot_requests) = mpsc::channel(8);
+    let listener = tokio::net::TcpListener::bind(args.metrics_address)
+        .await
+        .with_context(|| format!("serving metrics on {}", args.metrics_address))?;
+    let server = tokio::spawn(crate::http::serve(
+        listener,
+        Arc::new(Endpoints {
+            metrics: metrics.clone(),
+            ready: ready.clone(),
+            snapshots,
+        }),
+    ));
+    let mut policies = PolicyDir::new(dir.clone(), Hierarchy::find()?, metrics);
     let mut retired = false;
     reconcile(&mut policies, &mut session.enforcer, &mut retired);
-    info!(dir = %dir.display(), "agent ready: watching for policy changes");
+    ready.store(true, Ordering::Relaxed);
+    info!(dir = %dir.display(), metrics = %args.metrics_address, "agent ready: watching for policy changes");
 
     // Targets come and go without the directory changing: look again now and then.
     let mut resync = tokio::time::interval(RESYNC_INTERVAL);
@@ -399,16 +437,30 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             }
             ready = session.events_ready() => { ready?; session.pump(); }
             _ = losses.tick() => session.report_losses(),
+            Some(reply) = snapshot_requests.recv() => {
+                let _ = reply.send(kernel_snapshot(&session.enforcer));
+            }
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
         }
     }
+    server.abort();
     session.pump_all();
     session.report_losses();
     info!(
         "agent stopped; enforcement stays pinned in the kernel (`palisade agent --cleanup` ends it)"
     );
     Ok(())
+}
+
+fn kernel_snapshot(enforcer: &Enforcer) -> KernelSnapshot {
+    KernelSnapshot {
+        stats: enforcer.stats().unwrap_or_else(|err| {
+            warn!("reading the kernel counters: {err}");
+            Default::default()
+        }),
+        targets: enforcer.target_count() as u64,
+    }
 }
 
 /// `palisade agent --cleanup`: unpins every build's state, which detaches the programs.
@@ -476,7 +528,7 @@ mod tests {
             std::fs::create_dir_all(base.join("cgroup/app")).unwrap();
             std::fs::create_dir_all(base.join("cgroup/other")).unwrap();
             let cgroups = Hierarchy::at(base.join("cgroup"), Path::new("/"));
-            let policies = PolicyDir::new(base.join("policies"), cgroups);
+            let policies = PolicyDir::new(base.join("policies"), cgroups, Arc::default());
             Self {
                 base,
                 policies,

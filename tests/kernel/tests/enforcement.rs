@@ -352,6 +352,14 @@ struct Agent {
     log: String,
 }
 
+/// A test that fails leaves no agent behind to disturb the next one.
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Agent {
     /// Starts the agent on the policy directory `dir`, pinning under `bpffs`; `name` names its
     /// log (/tmp/NAME.log) and events (/tmp/NAME-events.jsonl).
@@ -466,6 +474,84 @@ fn agent_applies_replaces_and_removes_policy_files() {
     assert_eq!(first_event["policy"], "app");
     assert_eq!(first_event["action"], "deny");
     assert_eq!(first_event["path"], first);
+}
+
+/// GET `path` from the agent's HTTP endpoints: (status code, body).
+fn http_get(path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect("127.0.0.1:9464")?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_owned()))
+}
+
+#[test]
+fn agent_serves_metrics_health_and_readiness() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "metrics");
+    let secret = file("/tmp/metrics/secret");
+    let dir = "/tmp/metrics-policies";
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    write_policy(
+        &format!("{dir}/app.yaml"),
+        "app",
+        target.path.to_str().unwrap(),
+        secret,
+    );
+    let bpffs = "/sys/fs/bpf/palisade-test-metrics";
+    let agent = Agent::start(dir, bpffs, "metrics");
+    let started = Instant::now();
+    while http_get("/readyz").map(|(status, _)| status).unwrap_or(0) != 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never ready: {}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(http_get("/healthz").unwrap().0, 200);
+    assert_eq!(probe(Some(&target), &["read", secret]), EPERM);
+    let (status, body) = http_get("/metrics").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|line| Ok(line.to_owned())))
+        .unwrap_or_else(|err| panic!("{err}: {body}"));
+    let value = |name: &str| -> f64 {
+        match scrape
+            .samples
+            .iter()
+            .find(|sample| sample.metric == name)
+            .map(|s| &s.value)
+        {
+            Some(
+                prometheus_parse::Value::Counter(value)
+                | prometheus_parse::Value::Gauge(value)
+                // OpenMetrics names a counter family without `_total`: this parser then leaves
+                // its samples untyped.
+                | prometheus_parse::Value::Untyped(value),
+            ) => *value,
+            other => panic!("{name}: {other:?} in {body}"),
+        }
+    };
+    assert!(value("palisade_events_total") >= 1.0, "{body}");
+    assert_eq!(value("palisade_targets"), 1.0);
+    assert_eq!(value("palisade_policies"), 1.0);
+    assert_eq!(value("palisade_policy_errors"), 0.0);
+    assert!(value("palisade_process_resident_memory_bytes") > 0.0);
+    assert_eq!(http_get("/nothing").unwrap().0, 404);
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
 }
 
 #[test]
