@@ -24,6 +24,17 @@ enum Command {
         /// Append audit events (JSON lines) to FILE instead of stdout.
         #[arg(long, value_name = "FILE")]
         events: Option<PathBuf>,
+        /// Rotate the event file when it would grow past BYTES.
+        #[arg(long, value_name = "BYTES", requires = "events")]
+        events_max_bytes: Option<u64>,
+        /// Rotated event files to keep (FILE.1 is the newest).
+        #[arg(
+            long,
+            value_name = "COUNT",
+            default_value_t = 5,
+            requires = "events_max_bytes"
+        )]
+        events_keep: u32,
         /// Where in bpffs the programs' links and maps are pinned.
         #[arg(long, value_name = "DIR", default_value = palisade_agent::bpf::DEFAULT_ROOT)]
         bpffs: PathBuf,
@@ -84,6 +95,8 @@ fn main() -> ExitCode {
             events,
             bpffs,
             metrics_address,
+            events_max_bytes,
+            events_keep,
             ..
         } => runtime()
             .map_err(Into::into)
@@ -93,6 +106,12 @@ fn main() -> ExitCode {
                     events,
                     bpffs,
                     metrics_address,
+                    events_rotation: events_max_bytes.map(|max_bytes| {
+                        palisade_agent::events::Rotation {
+                            max_bytes,
+                            keep: events_keep,
+                        }
+                    }),
                 }))
             })
             .map(|()| ExitCode::SUCCESS),

@@ -23,6 +23,7 @@ use tracing::{error, info, warn};
 use super::session::Session;
 use crate::{
     bpf::{Enforcer, PinnedState, StageError},
+    events::Rotation,
     http::Endpoints,
     metrics::{KernelSnapshot, Metrics},
     policy::{CompiledPolicy, Environment, PolicyError, Target},
@@ -38,6 +39,8 @@ pub struct AgentArgs {
     pub bpffs: PathBuf,
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     pub metrics_address: SocketAddr,
+    /// How the event file is rotated, if it is.
+    pub events_rotation: Option<Rotation>,
 }
 
 /// What reconciling needs from the kernel side (a seam for tests).
@@ -389,6 +392,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut session = Session::start(
         enforcer,
         args.events.as_deref(),
+        args.events_rotation,
         Box::new(std::io::stdout()),
     )?;
     let mut own_files = vec![dir.as_path()];

@@ -33,6 +33,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     let mut session = Session::start(
         enforcer,
         args.events.as_deref(),
+        None,
         Box::new(std::io::stderr()),
     )?;
     let mut own_files = vec![args.policy.as_path()];

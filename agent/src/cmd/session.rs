@@ -8,7 +8,7 @@ use tracing::warn;
 
 use crate::{
     bpf::{Enforcer, Stats},
-    events::{Decoder, EventReader},
+    events::{Decoder, EventReader, RotatingFile, Rotation},
 };
 
 pub struct Session {
@@ -38,21 +38,27 @@ impl Session {
         Ok(())
     }
 
-    /// Reads `enforcer`'s events into `events` (appended to) or into `default_sink`.
+    /// Reads `enforcer`'s events into `events` (appended to, and rotated by size if
+    /// `rotation` says so) or into `default_sink`.
     pub fn start(
         mut enforcer: Enforcer,
         events: Option<&Path>,
+        rotation: Option<Rotation>,
         default_sink: Box<dyn Write + Send>,
     ) -> anyhow::Result<Self> {
-        let sink: Box<dyn Write + Send> = match events {
-            Some(path) => Box::new(
+        let opening = |path: &Path| format!("opening the event file {}", path.display());
+        let sink: Box<dyn Write + Send> = match (events, rotation) {
+            (Some(path), Some(rotation)) => {
+                Box::new(RotatingFile::open(path, rotation).with_context(|| opening(path))?)
+            }
+            (Some(path), None) => Box::new(
                 OpenOptions::new()
                     .create(true)
                     .append(true)
                     .open(path)
-                    .with_context(|| format!("opening the event file {}", path.display()))?,
+                    .with_context(|| opening(path))?,
             ),
-            None => default_sink,
+            (None, _) => default_sink,
         };
         let ring = enforcer
             .take_events()

@@ -1,12 +1,15 @@
 //! Audit events from the kernel: decoding, naming (policy, rule, target) and JSON lines output.
 
 mod reader;
+mod sink;
 
 pub use reader::EventReader;
+pub use sink::{RotatingFile, Rotation};
 
-use std::time::{Duration, SystemTime};
-
-use std::net::Ipv6Addr;
+use std::{
+    net::Ipv6Addr,
+    time::{Duration, SystemTime},
+};
 
 use palisade_common::{
     ACTION_AUDIT, ACTION_DENY, Event, HOOK_BPF, HOOK_BPRM_CHECK, HOOK_CAPABLE, HOOK_FILE_OPEN,

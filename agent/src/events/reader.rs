@@ -51,8 +51,11 @@ impl EventReader {
                 self.undecodable += 1;
                 continue;
             };
-            let line = serde_json::to_string(&event).expect("events serialize");
-            if writeln!(sink, "{line}")
+            let mut line = serde_json::to_string(&event).expect("events serialize");
+            // One write per line: a rotating sink never splits one.
+            line.push('\n');
+            if sink
+                .write_all(line.as_bytes())
                 .and_then(|()| sink.flush())
                 .is_err()
             {

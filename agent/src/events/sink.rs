@@ -1,0 +1,128 @@
+//! Where event lines go: a file that is rotated by size, so that a long-running agent under
+//! attack cannot fill the disk.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::{self, Write},
+    path::{Path, PathBuf},
+};
+
+/// Size-based rotation: when a line would take the file past `max_bytes`, FILE becomes FILE.1,
+/// FILE.1 becomes FILE.2, and so on; `keep` rotated files are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rotation {
+    pub max_bytes: u64,
+    pub keep: u32,
+}
+
+pub struct RotatingFile {
+    path: PathBuf,
+    rotation: Rotation,
+    file: File,
+    size: u64,
+}
+
+fn append(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+impl RotatingFile {
+    pub fn open(path: &Path, rotation: Rotation) -> io::Result<Self> {
+        let file = append(path)?;
+        let size = file.metadata()?.len();
+        Ok(Self {
+            path: path.to_owned(),
+            rotation,
+            file,
+            size,
+        })
+    }
+
+    fn rotated(&self, index: u32) -> PathBuf {
+        let mut name = self.path.clone().into_os_string();
+        name.push(format!(".{index}"));
+        PathBuf::from(name)
+    }
+
+    fn rotate(&mut self) -> io::Result<()> {
+        let ignore_missing = |result: io::Result<()>| match result {
+            Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
+            _ => Ok(()),
+        };
+        if self.rotation.keep == 0 {
+            ignore_missing(std::fs::remove_file(&self.path))?;
+        } else {
+            for index in (1..self.rotation.keep).rev() {
+                ignore_missing(std::fs::rename(
+                    self.rotated(index),
+                    self.rotated(index + 1),
+                ))?;
+            }
+            std::fs::rename(&self.path, self.rotated(1))?;
+        }
+        self.file = append(&self.path)?;
+        self.size = 0;
+        Ok(())
+    }
+}
+
+impl Write for RotatingFile {
+    /// Callers write whole lines: a line is never split across files.
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.size > 0 && self.size + buf.len() as u64 > self.rotation.max_bytes {
+            self.rotate()?;
+        }
+        let written = self.file.write(buf)?;
+        self.size += written as u64;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotates_at_line_boundaries_and_keeps_the_newest_files() {
+        let dir = std::env::temp_dir().join(format!("palisade-rotate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("events.jsonl");
+        let rotation = Rotation {
+            max_bytes: 100,
+            keep: 2,
+        };
+        let mut file = RotatingFile::open(&path, rotation).unwrap();
+        for i in 0..20 {
+            file.write_all(format!("{{\"event\":{i:03},\"padding\":\"xxxxxxxxxx\"}}\n").as_bytes())
+                .unwrap();
+        }
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+        // 37-byte lines, two per file; the last two lines are in the current file.
+        assert_eq!(read("events.jsonl").lines().count(), 2);
+        assert!(read("events.jsonl").contains("\"event\":019"));
+        assert!(read("events.jsonl.1").contains("\"event\":017"));
+        assert!(read("events.jsonl.2").contains("\"event\":015"));
+        assert!(
+            !dir.join("events.jsonl.3").exists(),
+            "only `keep` rotated files"
+        );
+        for name in ["events.jsonl", "events.jsonl.1", "events.jsonl.2"] {
+            let text = read(name);
+            assert!(
+                text.len() <= 100 && text.ends_with('\n'),
+                "{name}: {text:?}"
+            );
+        }
+        // Reopening appends to what is there.
+        drop(file);
+        let mut file = RotatingFile::open(&path, rotation).unwrap();
+        file.write_all(b"{}\n").unwrap();
+        assert_eq!(read("events.jsonl").lines().count(), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
