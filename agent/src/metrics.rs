@@ -2,7 +2,10 @@
 //! (the task that owns the BPF object hands over a fresh `KernelSnapshot`); the rest are updated
 //! as things happen.
 
-use std::sync::{Arc, Mutex};
+use std::{
+    path::Path,
+    sync::{Arc, Mutex},
+};
 
 use prometheus_client::{
     collector::Collector,
@@ -128,6 +131,69 @@ impl Collector for ProcessCollector {
     }
 }
 
+/// Memory of the BPF maps this process holds, by map name, read from /proc/self/fdinfo at
+/// scrape time (`memlock`: what a map may take on kernels before 6.4, what it uses from 6.4 on).
+#[derive(Debug)]
+struct MapMemoryCollector;
+
+impl MapMemoryCollector {
+    fn read() -> Vec<(String, i64)> {
+        let Ok(fds) = std::fs::read_dir("/proc/self/fd") else {
+            return Vec::new();
+        };
+        let mut maps: Vec<(String, i64)> = Vec::new();
+        for fd in fds.filter_map(Result::ok) {
+            let is_map = std::fs::read_link(fd.path())
+                .is_ok_and(|target| target.as_os_str() == "anon_inode:bpf-map");
+            let Some(info) = is_map
+                .then(|| {
+                    std::fs::read_to_string(Path::new("/proc/self/fdinfo").join(fd.file_name()))
+                })
+                .and_then(Result::ok)
+            else {
+                continue;
+            };
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|line| line.strip_prefix(name)?.trim().parse::<i64>().ok())
+            };
+            let (Some(id), Some(memlock)) = (field("map_id:"), field("memlock:")) else {
+                continue;
+            };
+            let name = aya::maps::MapInfo::from_id(id as u32)
+                .ok()
+                .and_then(|info| info.name_as_str().map(str::to_owned))
+                .unwrap_or_else(|| format!("id-{id}"));
+            // A map open twice (an adopted pin, say) counts once.
+            if !maps.iter().any(|(known, _)| *known == name) {
+                maps.push((name, memlock));
+            }
+        }
+        maps.sort();
+        maps
+    }
+}
+
+impl Collector for MapMemoryCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let maps = Self::read();
+        if maps.is_empty() {
+            return Ok(());
+        }
+        let mut family = encoder.encode_descriptor(
+            "bpf_map_memory",
+            "Memory charged to each BPF map of the agent",
+            Some(&Unit::Bytes),
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (name, bytes) in maps {
+            let labels = [("map", name)];
+            ConstGauge::new(bytes).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("palisade");
@@ -158,6 +224,7 @@ impl Metrics {
         let kernel = Arc::new(Mutex::new(KernelSnapshot::default()));
         registry.register_collector(Box::new(KernelCollector(kernel.clone())));
         registry.register_collector(Box::new(ProcessCollector));
+        registry.register_collector(Box::new(MapMemoryCollector));
         Self {
             registry,
             policies,

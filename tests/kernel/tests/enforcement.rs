@@ -548,6 +548,22 @@ fn agent_serves_metrics_health_and_readiness() {
     assert_eq!(value("palisade_policies"), 1.0);
     assert_eq!(value("palisade_policy_errors"), 0.0);
     assert!(value("palisade_process_resident_memory_bytes") > 0.0);
+    let map_memory = |map: &str| {
+        scrape
+            .samples
+            .iter()
+            .find(|sample| {
+                sample.metric == "palisade_bpf_map_memory_bytes"
+                    && sample.labels.get("map") == Some(map)
+            })
+            .map(|sample| sample.value.clone())
+    };
+    for map in ["targets", "path_prefixes", "policies"] {
+        assert!(
+            matches!(map_memory(map), Some(prometheus_parse::Value::Gauge(bytes)) if bytes > 0.0),
+            "{map} in {body}"
+        );
+    }
     assert_eq!(http_get("/nothing").unwrap().0, 404);
     let (stopped, log) = agent.stop(libc::SIGTERM);
     assert!(stopped, "{log}");

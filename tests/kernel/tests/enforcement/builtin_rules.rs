@@ -32,8 +32,9 @@ fn sh(command: &str) {
     assert!(status.success(), "{command}");
 }
 
-/// One file rule: `violation` (probe arguments) denied with EPERM, `control` allowed.
-fn file_rule(list: &str, rule: &str, violation: &[&str], control: &[&str]) {
+/// One rule in a target: `violation` (probe arguments) denied with EPERM and reported once,
+/// `control` allowed.
+fn rule_holds(list: &str, rule: &str, violation: &[&str], control: &[&str]) {
     let mut kernel = Kernel::new();
     let target = protect_with_rule(&mut kernel, list, rule);
     assert_denied_once(&mut kernel, &target, rule, violation, libc::EPERM);
@@ -43,7 +44,7 @@ fn file_rule(list: &str, rule: &str, violation: &[&str], control: &[&str]) {
 #[test]
 fn disallow_write_core_pattern() {
     let pattern = "/proc/sys/kernel/core_pattern";
-    file_rule(
+    rule_holds(
         HARDENING,
         "disallow-write-core-pattern",
         &["write", pattern],
@@ -54,7 +55,7 @@ fn disallow_write_core_pattern() {
 #[test]
 fn disallow_write_release_agent() {
     // A cgroup v1 hierarchy can be mounted anywhere: the rule holds for any such path.
-    file_rule(
+    rule_holds(
         HARDENING,
         "disallow-write-release-agent",
         &["write", file("/tmp/cg1/release_agent")],
@@ -64,7 +65,7 @@ fn disallow_write_release_agent() {
 
 #[test]
 fn disallow_access_kallsyms() {
-    file_rule(
+    rule_holds(
         HARDENING,
         "disallow-access-kallsyms",
         &["read", "/proc/kallsyms"],
@@ -202,7 +203,7 @@ fn disallow_debug_disk_device_by_device_not_path() {
 
 #[test]
 fn disallow_insmod() {
-    file_rule(
+    rule_holds(
         HARDENING,
         "disallow-insmod",
         &["init-module"],
@@ -236,7 +237,7 @@ fn disallow_load_bpf_prog() {
 
 #[test]
 fn disallow_load_all_bpf_prog() {
-    file_rule(
+    rule_holds(
         HARDENING,
         "disallow-load-all-bpf-prog",
         &["bpf-prog-load"],
@@ -246,7 +247,7 @@ fn disallow_load_all_bpf_prog() {
 
 #[test]
 fn disallow_load_bpf_via_setsockopt() {
-    file_rule(
+    rule_holds(
         HARDENING,
         "disallow-load-bpf-via-setsockopt",
         &["attach-filter"],
@@ -273,7 +274,7 @@ fn disallow_access_procfs_root_of_processes_outside() {
 
 #[test]
 fn disallow_abuse_user_ns() {
-    file_rule(
+    rule_holds(
         HARDENING,
         "disallow-abuse-user-ns",
         &["unshare-user-then-uts"],
@@ -283,7 +284,7 @@ fn disallow_abuse_user_ns() {
 
 #[test]
 fn disallow_create_user_ns() {
-    file_rule(
+    rule_holds(
         HARDENING,
         "disallow-create-user-ns",
         &["unshare-user"],
@@ -293,7 +294,7 @@ fn disallow_create_user_ns() {
 
 #[test]
 fn disable_cap_all() {
-    file_rule(
+    rule_holds(
         HARDENING,
         "disable-cap-all",
         &["sethostname"],
@@ -303,7 +304,7 @@ fn disable_cap_all() {
 
 #[test]
 fn disable_cap_all_except_net_bind_service() {
-    file_rule(
+    rule_holds(
         HARDENING,
         "disable-cap-all-except-net-bind-service",
         &["sethostname"],
@@ -314,7 +315,7 @@ fn disable_cap_all_except_net_bind_service() {
 #[test]
 fn disable_cap_privileged_leaves_the_runtime_defaults() {
     let owned = file("/tmp/caps/owned");
-    file_rule(
+    rule_holds(
         HARDENING,
         "disable-cap-privileged",
         &["sethostname"],
@@ -402,7 +403,7 @@ fn disable_cap_by_name_across_capabilities() {
 
 #[test]
 fn mitigate_sa_leak() {
-    file_rule(
+    rule_holds(
         ATTACK,
         "mitigate-sa-leak",
         &[
@@ -415,7 +416,7 @@ fn mitigate_sa_leak() {
 
 #[test]
 fn mitigate_disk_device_number_leak() {
-    file_rule(
+    rule_holds(
         ATTACK,
         "mitigate-disk-device-number-leak",
         &["read", "/proc/partitions"],
@@ -425,7 +426,7 @@ fn mitigate_disk_device_number_leak() {
 
 #[test]
 fn mitigate_overlayfs_leak_through_proc_self() {
-    file_rule(
+    rule_holds(
         ATTACK,
         "mitigate-overlayfs-leak",
         &["read", "/proc/self/mounts"],
@@ -435,7 +436,7 @@ fn mitigate_overlayfs_leak_through_proc_self() {
 
 #[test]
 fn mitigate_host_ip_leak() {
-    file_rule(
+    rule_holds(
         ATTACK,
         "mitigate-host-ip-leak",
         &["read", "/proc/net/arp"],
@@ -470,7 +471,7 @@ fn disable_write_etc_covers_changing_names_and_modes() {
 
 #[test]
 fn disable_access_passwd() {
-    file_rule(
+    rule_holds(
         ATTACK,
         "disable-access-passwd",
         &["read", file("/etc/passwd")],
@@ -480,7 +481,7 @@ fn disable_access_passwd() {
 
 #[test]
 fn disable_access_shadow() {
-    file_rule(
+    rule_holds(
         ATTACK,
         "disable-access-shadow",
         &["read", file("/etc/shadow")],
@@ -610,7 +611,7 @@ fn disable_su_sudo() {
 #[test]
 fn disable_chmod_x_bit() {
     let script = file("/tmp/chmod-x/script");
-    file_rule(
+    rule_holds(
         ATTACK,
         "disable-chmod-x-bit",
         &["chmod", script, "755"],
@@ -621,7 +622,7 @@ fn disable_chmod_x_bit() {
 #[test]
 fn disable_chmod_s_bit() {
     let tool = file("/tmp/chmod-s/tool");
-    file_rule(
+    rule_holds(
         ATTACK,
         "disable-chmod-s-bit",
         &["chmod", tool, "4755"],
@@ -648,7 +649,7 @@ fn disable_network() {
 
 #[test]
 fn disable_inet() {
-    file_rule(
+    rule_holds(
         ATTACK,
         "disable-inet",
         &["socket", "2", "1", "0"],
@@ -658,7 +659,7 @@ fn disable_inet() {
 
 #[test]
 fn disable_inet6() {
-    file_rule(
+    rule_holds(
         ATTACK,
         "disable-inet6",
         &["socket", "10", "1", "0"],
@@ -668,7 +669,7 @@ fn disable_inet6() {
 
 #[test]
 fn disable_unix_domain_socket() {
-    file_rule(
+    rule_holds(
         ATTACK,
         "disable-unix-domain-socket",
         &["socket", "1", "1", "0"],
@@ -678,7 +679,7 @@ fn disable_unix_domain_socket() {
 
 #[test]
 fn disable_icmp() {
-    file_rule(
+    rule_holds(
         ATTACK,
         "disable-icmp",
         &["socket", "2", "2", "1"],
@@ -705,7 +706,7 @@ fn disable_tcp_when_the_protocol_is_left_to_the_kernel() {
 
 #[test]
 fn disable_udp() {
-    file_rule(
+    rule_holds(
         ATTACK,
         "disable-udp",
         &["socket", "2", "2", "0"],
@@ -785,7 +786,7 @@ fn block_access_to_container_runtime_by_the_socket_reached() {
 
 #[test]
 fn cgroups_lxcfs_escape_mitigation() {
-    file_rule(
+    rule_holds(
         VULNERABILITY,
         "cgroups-lxcfs-escape-mitigation",
         &["write", file("/tmp/lxcfs/cgroup/devices/devices.allow")],
@@ -798,7 +799,7 @@ fn runc_override_mitigation_by_the_file_reached() {
     let runc = file("/tmp/runc-test/usr/bin/runc");
     let _ = std::fs::remove_file("/tmp/runc-test/exe");
     symlink(runc, "/tmp/runc-test/exe").unwrap();
-    file_rule(
+    rule_holds(
         VULNERABILITY,
         "runc-override-mitigation",
         &["write", "/tmp/runc-test/exe"],
@@ -808,7 +809,7 @@ fn runc_override_mitigation_by_the_file_reached() {
 
 #[test]
 fn copy_fail_mitigation() {
-    file_rule(
+    rule_holds(
         VULNERABILITY,
         "copy-fail-mitigation",
         &["socket", "38", "5", "0"],
