@@ -3,8 +3,9 @@
  * Mount hooks, for both mount APIs. mount(2) passes sb_mount; a new superblock being mounted,
  * by mount(2) or by fsconfig(FSCONFIG_CMD_CREATE), passes sb_kern_mount, which sees the real file
  * system type and device; fsconfig passes fs_context_parse_param; attaching a mount made by
- * fsmount or open_tree passes move_mount. (fsmount and open_tree have no hook of their own:
- * without a superblock created or a mount attached they achieve nothing.)
+ * fsmount or open_tree passes move_mount. (fsmount and open_tree have no hook of their own: an
+ * fsmount needs the superblock fsconfig created, and a detached copy of a tree the caller can
+ * already see gives it nothing new.)
  */
 #include "common.h"
 
