@@ -13,9 +13,7 @@
 static __always_inline int check_exec_name(struct linux_binprm *bprm)
 {
 	struct subject subject;
-	if (!find_subject(&subject))
-		return 0;
-	struct scratch *s = scratch();
+	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
 	long len = bpf_probe_read_kernel_str(s->path, PATH_BUF_LEN, bprm->filename);

@@ -105,7 +105,8 @@ int BPF_PROG(path_chmod, const struct path *path, unsigned short mode, int ret)
 	if (ret)
 		return ret;
 	struct subject subject;
-	if (!find_subject(&subject))
+	struct scratch *s = find_path_subject(&subject);
+	if (!s)
 		return 0;
 	struct palisade_verdict d = {};
 	if (mode & S_IXUGO)
@@ -114,9 +115,6 @@ int BPF_PROG(path_chmod, const struct path *path, unsigned short mode, int ret)
 	if (mode & (S_ISUID | S_ISGID))
 		consider(&d, subject.policy->chmod_setid_bits.action,
 			 subject.policy->chmod_setid_bits.rule_id);
-	struct scratch *s = scratch();
-	if (!s)
-		return 0;
 	long len = walk_path(s, path->dentry, path->mnt);
 	if (resolved(len))
 		match_path(subject.target, s, len, PALISADE_PERM_WRITE, &d);

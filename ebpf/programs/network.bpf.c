@@ -158,9 +158,7 @@ int BPF_PROG(unix_stream_connect, struct sock *sock, struct sock *other, struct 
 	if (ret)
 		return ret;
 	struct subject subject;
-	if (!find_subject(&subject))
-		return 0;
-	struct scratch *s = scratch();
+	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
 	struct unix_address *addr = BPF_CORE_READ((struct unix_sock *)other, addr);

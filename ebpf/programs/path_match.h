@@ -59,9 +59,12 @@ static __always_inline void match_path(const struct palisade_target *target, str
 		match_globs(target, s, len - 1, prefix->glob_mask, perms, d);
 }
 
-/* Per-CPU scratch memory, or NULL. */
-static __always_inline struct scratch *scratch(void)
+/* find_subject, and the per-CPU scratch memory a path decision works in: NULL when the task is
+ * not a target (or, never in practice, the scratch memory is missing). */
+static __always_inline struct scratch *find_path_subject(struct subject *subject)
 {
+	if (!find_subject(subject))
+		return NULL;
 	__u32 zero = 0;
 	return bpf_map_lookup_elem(&scratch_space, &zero);
 }
@@ -103,9 +106,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	if (!perms)
 		return 0;
 	struct subject subject;
-	if (!find_subject(&subject))
-		return 0;
-	struct scratch *s = scratch();
+	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
 	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);

@@ -112,9 +112,7 @@ static __always_inline int check_dentry(struct dentry *dentry, struct vfsmount *
 					__u32 hook, __u32 perms)
 {
 	struct subject subject;
-	if (!find_subject(&subject))
-		return 0;
-	struct scratch *s = scratch();
+	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
 	long len = walk_path(s, dentry, vfsmnt);
