@@ -135,17 +135,12 @@ fn files(patterns: &[&str], perms: u32) -> Effect {
     }
 }
 
+/// Running a program of one of these names, wherever it is.
 fn exec(names: &[&str]) -> Effect {
-    files(
-        &names
-            .iter()
-            .map(|name| format!("/**/{name}"))
-            .collect::<Vec<_>>()
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-        EXEC_RULE_PERMS,
-    )
+    Effect::Paths {
+        patterns: names.iter().map(|name| format!("/**/{name}")).collect(),
+        perms: EXEC_RULE_PERMS,
+    }
 }
 
 const AF_UNIX: u32 = libc::AF_UNIX as u32;
@@ -380,19 +375,17 @@ pub fn effects(name: &str, env: &Environment) -> Option<Result<Vec<Effect>, Stri
             vec![unreachable(&addresses)]
         }
         // The name the runtime bound its socket to, whatever path the target connects through.
-        "block-access-to-container-runtime" => vec![Effect::Paths {
-            patterns: [
+        "block-access-to-container-runtime" => vec![files(
+            &[
                 "/**/containerd.sock",
                 "/**/containerd.sock.ttrpc",
                 "/**/docker.sock",
                 "/**/crio.sock",
                 "/**/podman.sock",
                 "@/containerd-shim/",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-            perms: palisade_common::PERM_CONNECT,
-        }],
+            ],
+            palisade_common::PERM_CONNECT,
+        )],
         "cgroups-lxcfs-escape-mitigation" => vec![files(
             &[
                 "/**/release_agent",
