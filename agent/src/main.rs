@@ -18,33 +18,7 @@ struct Cli {
 enum Command {
     /// Enforce every policy file in a directory, following its changes. Enforcement is pinned
     /// in the kernel: it goes on when the agent stops, and a restarted agent takes it over.
-    Agent {
-        #[arg(long, value_name = "DIR", required_unless_present = "cleanup")]
-        policy_dir: Option<PathBuf>,
-        /// Append audit events (JSON lines) to FILE instead of stdout.
-        #[arg(long, value_name = "FILE")]
-        events: Option<PathBuf>,
-        /// Rotate the event file when it would grow past BYTES.
-        #[arg(long, value_name = "BYTES", requires = "events")]
-        events_max_bytes: Option<u64>,
-        /// Rotated event files to keep (FILE.1 is the newest).
-        #[arg(
-            long,
-            value_name = "COUNT",
-            default_value_t = 5,
-            requires = "events_max_bytes"
-        )]
-        events_keep: u32,
-        /// Where in bpffs the programs' links and maps are pinned.
-        #[arg(long, value_name = "DIR", default_value = palisade_agent::bpf::DEFAULT_ROOT)]
-        bpffs: PathBuf,
-        /// Where to serve /metrics, /healthz and /readyz.
-        #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:9464")]
-        metrics_address: std::net::SocketAddr,
-        /// Remove everything the agent pinned (ending its enforcement) and exit.
-        #[arg(long, conflicts_with = "policy_dir")]
-        cleanup: bool,
-    },
+    Agent(cmd::daemon::AgentArgs),
     /// Run one command in a fresh cgroup under a policy; exits with the command's status.
     Run {
         #[arg(long, value_name = "FILE")]
@@ -57,6 +31,8 @@ enum Command {
     },
     /// Report whether this machine can enforce, and which check fails if not.
     Doctor,
+    /// Show live decisions per rule and their kernel cost, from a running agent's metrics.
+    Top(cmd::top::TopArgs),
     /// Work with policy files.
     Policy {
         #[command(subcommand)]
@@ -85,35 +61,12 @@ fn main() -> ExitCode {
         )
         .init();
     let result = match Cli::parse().command {
-        Command::Agent {
-            cleanup: true,
-            bpffs,
-            ..
-        } => cmd::daemon::cleanup(&bpffs).map(|()| ExitCode::SUCCESS),
-        Command::Agent {
-            policy_dir,
-            events,
-            bpffs,
-            metrics_address,
-            events_max_bytes,
-            events_keep,
-            ..
-        } => runtime()
+        Command::Agent(args) if args.cleanup => {
+            cmd::daemon::cleanup(&args.bpffs).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Agent(args) => runtime()
             .map_err(Into::into)
-            .and_then(|rt| {
-                rt.block_on(cmd::daemon::run(cmd::daemon::AgentArgs {
-                    policy_dir: policy_dir.expect("required unless --cleanup"),
-                    events,
-                    bpffs,
-                    metrics_address,
-                    events_rotation: events_max_bytes.map(|max_bytes| {
-                        palisade_agent::events::Rotation {
-                            max_bytes,
-                            keep: events_keep,
-                        }
-                    }),
-                }))
-            })
+            .and_then(|rt| rt.block_on(cmd::daemon::run(args)))
             .map(|()| ExitCode::SUCCESS),
         Command::Run {
             policy,
@@ -129,6 +82,10 @@ fn main() -> ExitCode {
                 }))
             })
             .map(|code| ExitCode::from(u8::try_from(code).unwrap_or(1))),
+        Command::Top(args) => runtime()
+            .map_err(Into::into)
+            .and_then(|rt| rt.block_on(cmd::top::run(args, &mut std::io::stdout())))
+            .map(|()| ExitCode::SUCCESS),
         Command::Doctor => cmd::doctor::run(&mut std::io::stdout())
             .map(|ready| {
                 if ready {

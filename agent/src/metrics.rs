@@ -3,6 +3,7 @@
 //! as things happen.
 
 use std::{
+    collections::BTreeMap,
     path::Path,
     sync::{Arc, Mutex},
 };
@@ -11,7 +12,8 @@ use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeMetric, text::encode},
     metrics::{
-        counter::ConstCounter,
+        counter::{ConstCounter, Counter},
+        family::Family,
         gauge::{ConstGauge, Gauge},
         histogram::{Histogram, exponential_buckets},
         info::Info,
@@ -19,13 +21,18 @@ use prometheus_client::{
     registry::{Registry, Unit},
 };
 
-use crate::bpf::Stats;
+use crate::bpf::{DecisionCost, ProgramRuns, RuleCounts, RuleLabels, Stats};
 
 /// What the kernel side counts, as of a scrape.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KernelSnapshot {
     pub stats: Stats,
     pub targets: u64,
+    pub rules: BTreeMap<RuleLabels, RuleCounts>,
+    /// While cost is measured.
+    pub decision_costs: Vec<DecisionCost>,
+    /// While cost is measured.
+    pub program_runs: Vec<ProgramRuns>,
 }
 
 pub struct Metrics {
@@ -36,16 +43,146 @@ pub struct Metrics {
     pub policy_errors: Gauge,
     /// From a policy file's change to its map entries committed.
     pub apply_seconds: Histogram,
+    pub http_sink: HttpSinkMetrics,
     kernel: Arc<Mutex<KernelSnapshot>>,
+}
+
+/// The HTTP event sink's deliveries.
+#[derive(Debug, Clone, Default)]
+pub struct HttpSinkMetrics {
+    pub sent: Counter,
+    /// Refused by the receiver (a 4xx answer): not retried.
+    pub rejected: Counter,
+    /// Dropped because the queue was full.
+    pub overflow: Counter,
+    pub retries: Counter,
+    pub queued: Gauge,
 }
 
 /// Encodes the kernel counters of the latest snapshot.
 #[derive(Debug)]
 struct KernelCollector(Arc<Mutex<KernelSnapshot>>);
 
+/// Encodes one counter family with a sample per label set.
+fn encode_counters<L, V>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    samples: impl IntoIterator<Item = (L, V)>,
+) -> Result<(), std::fmt::Error>
+where
+    L: prometheus_client::encoding::EncodeLabelSet,
+    V: prometheus_client::encoding::EncodeCounterValue + std::fmt::Debug,
+{
+    let mut family = encoder.encode_descriptor(
+        name,
+        help,
+        unit,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for (labels, value) in samples {
+        ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl KernelCollector {
+    fn encode_rules(
+        snapshot: &KernelSnapshot,
+        encoder: &mut DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let labels = |rule: &RuleLabels| {
+            [
+                ("policy", rule.policy.clone()),
+                ("rule", rule.rule.clone()),
+                ("hook", rule.hook.to_owned()),
+                ("action", rule.action.to_owned()),
+            ]
+        };
+        encode_counters(
+            encoder,
+            "rule_decisions",
+            "Decisions of each rule (deny: denied; audit: allowed and reported)",
+            None,
+            snapshot
+                .rules
+                .iter()
+                .map(|(rule, counts)| (labels(rule), counts.decisions)),
+        )?;
+        encode_counters(
+            encoder,
+            "rule_events_throttled",
+            "Audit events of each rule suppressed by its audit rate (the decisions still happened)",
+            None,
+            snapshot
+                .rules
+                .iter()
+                .map(|(rule, counts)| (labels(rule), counts.throttled)),
+        )
+    }
+
+    fn encode_costs(
+        snapshot: &KernelSnapshot,
+        encoder: &mut DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        if !snapshot.decision_costs.is_empty() {
+            let labels =
+                |cost: &DecisionCost| [("rule_class", cost.rule_class), ("hook", cost.hook)];
+            encode_counters(
+                encoder,
+                "rule_evaluations",
+                "Decisions about targets, by hook and the class of rules it decides",
+                None,
+                snapshot
+                    .decision_costs
+                    .iter()
+                    .map(|cost| (labels(cost), cost.decisions)),
+            )?;
+            encode_counters(
+                encoder,
+                "rule_evaluation",
+                "Time spent deciding about targets (finding the policy, evaluating its rules, reporting), by hook and rule class",
+                Some(&Unit::Seconds),
+                snapshot
+                    .decision_costs
+                    .iter()
+                    .map(|cost| (labels(cost), cost.time.as_secs_f64())),
+            )?;
+        }
+        if !snapshot.program_runs.is_empty() {
+            encode_counters(
+                encoder,
+                "hook_runs",
+                "Runs of each BPF program (the kernel's run-time statistics)",
+                None,
+                snapshot
+                    .program_runs
+                    .iter()
+                    .map(|runs| ([("hook", runs.program)], runs.runs)),
+            )?;
+            encode_counters(
+                encoder,
+                "hook_run",
+                "Time spent in each BPF program, on every task (the kernel's run-time statistics)",
+                Some(&Unit::Seconds),
+                snapshot
+                    .program_runs
+                    .iter()
+                    .map(|runs| ([("hook", runs.program)], runs.time.as_secs_f64())),
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl Collector for KernelCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let snapshot = *self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        let snapshot = self
+            .0
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .clone();
         let counters = [
             (
                 "events",
@@ -58,9 +195,19 @@ impl Collector for KernelCollector {
                 snapshot.stats.events_dropped,
             ),
             (
+                "events_throttled",
+                "Audit events suppressed by the audit rate of their rule and target",
+                snapshot.stats.events_throttled,
+            ),
+            (
                 "undecided",
                 "Operations of targets allowed because their path could not be resolved",
                 snapshot.stats.undecided,
+            ),
+            (
+                "decisions_uncounted",
+                "Decisions not counted by rule because the kernel's counter map was full",
+                snapshot.stats.uncounted,
             ),
         ];
         for (name, help, value) in counters {
@@ -79,7 +226,8 @@ impl Collector for KernelCollector {
             None,
             targets.metric_type(),
         )?)?;
-        Ok(())
+        Self::encode_rules(&snapshot, &mut encoder)?;
+        Self::encode_costs(&snapshot, &mut encoder)
     }
 }
 
@@ -221,6 +369,30 @@ impl Metrics {
             Unit::Seconds,
             apply_seconds.clone(),
         );
+        let sink_events = Family::<[(&'static str, &'static str); 1], Counter>::default();
+        registry.register(
+            "http_sink_events",
+            "Audit events of the HTTP sink by outcome (sent, rejected by the receiver, overflow of the queue)",
+            sink_events.clone(),
+        );
+        let outcome = |name| sink_events.get_or_create(&[("outcome", name)]).clone();
+        let http_sink = HttpSinkMetrics {
+            sent: outcome("sent"),
+            rejected: outcome("rejected"),
+            overflow: outcome("overflow"),
+            retries: Counter::default(),
+            queued: Gauge::default(),
+        };
+        registry.register(
+            "http_sink_retries",
+            "Failed deliveries of the HTTP sink, each retried",
+            http_sink.retries.clone(),
+        );
+        registry.register(
+            "http_sink_queue_length",
+            "Audit events waiting for the HTTP sink",
+            http_sink.queued.clone(),
+        );
         let kernel = Arc::new(Mutex::new(KernelSnapshot::default()));
         registry.register_collector(Box::new(KernelCollector(kernel.clone())));
         registry.register_collector(Box::new(ProcessCollector));
@@ -230,6 +402,7 @@ impl Metrics {
             policies,
             policy_errors,
             apply_seconds,
+            http_sink,
             kernel,
         }
     }
@@ -254,23 +427,62 @@ impl Default for Metrics {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::bpf::{DecisionCost, ProgramRuns};
+
+    /// A snapshot with a sample in every kernel family.
+    fn snapshot() -> KernelSnapshot {
+        let rule = RuleLabels {
+            policy: "app".to_owned(),
+            rule: "no-shadow".to_owned(),
+            hook: "file_open",
+            action: "deny",
+        };
+        KernelSnapshot {
+            stats: Stats {
+                events: 7,
+                events_dropped: 2,
+                events_throttled: 5,
+                undecided: 1,
+                uncounted: 0,
+            },
+            targets: 4,
+            rules: [(
+                rule,
+                RuleCounts {
+                    decisions: 14,
+                    throttled: 5,
+                },
+            )]
+            .into(),
+            decision_costs: vec![DecisionCost {
+                hook: "file_open",
+                rule_class: "files",
+                decisions: 20,
+                time: Duration::from_micros(30),
+            }],
+            program_runs: vec![ProgramRuns {
+                program: "file_open",
+                runs: 100,
+                time: Duration::from_micros(50),
+            }],
+        }
+    }
+
+    fn parse(text: &str) -> prometheus_parse::Scrape {
+        prometheus_parse::Scrape::parse(text.lines().map(|line| Ok(line.to_owned())))
+            .expect("valid exposition text")
+    }
 
     #[test]
     fn the_exposition_parses_with_every_metric_prefixed() {
         let metrics = Metrics::new();
         metrics.policies.set(3);
         metrics.apply_seconds.observe(0.004);
-        let text = metrics.encode(KernelSnapshot {
-            stats: Stats {
-                events: 7,
-                events_dropped: 2,
-                undecided: 1,
-            },
-            targets: 4,
-        });
-        let lines = text.lines().map(|line| Ok(line.to_owned()));
-        let scrape = prometheus_parse::Scrape::parse(lines).expect("valid exposition text");
+        let text = metrics.encode(snapshot());
+        let scrape = parse(&text);
         // The parser reads Prometheus' text format, whose counters are named like their samples;
         // OpenMetrics names the family without `_total`, so types are checked on the text.
         let value = |name: &str| -> f64 {
@@ -287,9 +499,15 @@ mod tests {
         };
         assert_eq!(value("palisade_events_total"), 7.0);
         assert_eq!(value("palisade_events_dropped_total"), 2.0);
+        assert_eq!(value("palisade_events_throttled_total"), 5.0);
         assert_eq!(value("palisade_undecided_total"), 1.0);
         assert_eq!(value("palisade_targets"), 4.0);
         assert_eq!(value("palisade_policies"), 3.0);
+        assert_eq!(value("palisade_rule_decisions_total"), 14.0);
+        assert_eq!(value("palisade_rule_events_throttled_total"), 5.0);
+        assert_eq!(value("palisade_rule_evaluations_total"), 20.0);
+        assert_eq!(value("palisade_rule_evaluation_seconds_total"), 30e-6);
+        assert_eq!(value("palisade_hook_runs_total"), 100.0);
         assert!(value("palisade_process_resident_memory_bytes") > 0.0);
         assert!(value("palisade_process_cpu_seconds_total") >= 0.0);
         for family in [
@@ -299,6 +517,9 @@ mod tests {
             "# TYPE palisade_policy_apply_seconds histogram",
             "# UNIT palisade_policy_apply_seconds seconds",
             "# TYPE palisade_process_cpu_seconds counter",
+            "# TYPE palisade_rule_decisions counter",
+            "# UNIT palisade_hook_run_seconds seconds",
+            "palisade_rule_decisions_total{policy=\"app\",rule=\"no-shadow\",hook=\"file_open\",action=\"deny\"} 14",
         ] {
             assert!(text.contains(family), "{family} in {text}");
         }
@@ -310,5 +531,16 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("palisade_build_info{version=\""), "{text}");
+    }
+
+    #[test]
+    fn cost_families_are_absent_unless_measured() {
+        let text = Metrics::new().encode(KernelSnapshot {
+            decision_costs: Vec::new(),
+            program_runs: Vec::new(),
+            ..snapshot()
+        });
+        assert!(!text.contains("palisade_rule_evaluation"), "{text}");
+        assert!(!text.contains("palisade_hook_run"), "{text}");
     }
 }

@@ -68,6 +68,8 @@ typedef uint64_t __u64;
 #define PALISADE_HOOK_SOCKET_CONNECT 24
 #define PALISADE_HOOK_SOCKET_SENDMSG 25
 #define PALISADE_HOOK_UNIX_STREAM_CONNECT 26
+/* Hook numbers are below this. */
+#define PALISADE_HOOK_COUNT 27
 
 /* The rule id of the built-in protection of the process that loaded the programs. */
 #define PALISADE_RULE_SELF_PROTECTION 0xffffffffu
@@ -76,7 +78,9 @@ typedef uint64_t __u64;
 #define PALISADE_STAT_EVENTS 0         /* events submitted to the ring buffer */
 #define PALISADE_STAT_EVENTS_DROPPED 1 /* ring buffer full: event lost */
 #define PALISADE_STAT_UNDECIDED 2      /* path could not be resolved: operation allowed */
-#define PALISADE_STAT_COUNT 3
+#define PALISADE_STAT_EVENTS_THROTTLED 3 /* over the audit rate of its rule and target */
+#define PALISADE_STAT_UNCOUNTED 4      /* decisions not counted by rule: `rule_counts` full */
+#define PALISADE_STAT_COUNT 5
 
 /* Capabilities a policy can name: bit i of a mask is capability i (CAP_LAST_CAP is 40 today). */
 #define PALISADE_CAP_COUNT 64
@@ -208,6 +212,46 @@ struct palisade_network_key {
 struct palisade_config {
 	__u64 target_levels; /* bit L: some target is a cgroup at level L */
 	__u64 protected_pid; /* the loading process: targets may not signal or trace it */
+	/* Audit events of one rule on one target (one policy id): a token bucket refilled with one
+	 * event every audit_interval_ns and holding at most audit_burst_ns worth (a multiple of the
+	 * interval). 0: unlimited. */
+	__u64 audit_interval_ns;
+	__u64 audit_burst_ns;
+	__u32 measure_cost; /* 1: account the time decisions take in `hook_cost` */
+	__u32 reserved;
+};
+
+/* Key of the per-CPU `rule_counts` hash map: the decisions one rule of one policy made in one
+ * hook, by action (PALISADE_ACTION_DENY, or PALISADE_ACTION_AUDIT for allowed and reported). */
+struct palisade_rule_key {
+	__u32 policy_id;
+	__u32 rule_id;
+	__u32 hook;
+	__u32 action;
+};
+
+struct palisade_rule_count {
+	__u64 decisions;
+	__u64 throttled; /* reported decisions whose event the audit rate suppressed */
+};
+
+/* Key and value of the `audit_buckets` LRU hash map: the audit rate of a rule on a target. */
+struct palisade_bucket_key {
+	__u32 policy_id;
+	__u32 rule_id;
+};
+
+struct palisade_bucket {
+	__u64 credit_ns;
+	__u64 updated_ns;
+	__u64 suppressed; /* events suppressed since the last one emitted */
+};
+
+/* Value of the per-CPU `hook_cost` array, indexed by hook: decisions on targets (from finding
+ * the target's policy to returning, event included) and the time they took. */
+struct palisade_hook_cost {
+	__u64 ns;
+	__u64 count;
 };
 
 /* An audit event on the `events` ring buffer. */
@@ -235,6 +279,9 @@ struct palisade_event {
 	__u32 protocol; /* socket hooks: after defaulting */
 	__u32 port;     /* socket_connect, socket_sendmsg */
 	__u32 rdev;     /* file hooks on a device file: the device (major << 20 | minor) */
+	/* Events of this rule and target the audit rate suppressed since the previous one. */
+	__u32 suppressed;
+	__u32 reserved;
 	__u8 addr[16];  /* socket_connect, socket_sendmsg: IPv6 or IPv4-mapped */
 	__u8 fs_type[PALISADE_FS_TYPE_LEN]; /* mount hooks */
 	__u8 comm[16];

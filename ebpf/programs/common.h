@@ -99,6 +99,27 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct palisade_rule_key);
+	__type(value, struct palisade_rule_count);
+} rule_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct palisade_bucket_key);
+	__type(value, struct palisade_bucket);
+} audit_buckets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, PALISADE_HOOK_COUNT);
+	__type(key, __u32);
+	__type(value, struct palisade_hook_cost);
+} hook_cost SEC(".maps");
+
 /*
  * Never read by programs. Updating a map-in-map makes the kernel wait until every running BPF
  * program has finished (maybe_wait_bpf_programs), so user space writes `sync_barrier` to know
@@ -152,13 +173,10 @@ static __always_inline void stat_inc(__u32 index)
  * plus one hash lookup per occupied level above it otherwise. The number of rules never matters.
  * The loop is written so that the verifier's states converge at every iteration.
  */
-static __always_inline struct palisade_target *current_target(__u64 *target_cgroup_id,
+static __always_inline struct palisade_target *current_target(const struct palisade_config *cfg,
+							      __u64 *target_cgroup_id,
 							      __u32 *target_level)
 {
-	__u32 zero = 0;
-	struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
-	if (!cfg)
-		return NULL;
 	__u64 levels = cfg->target_levels;
 	struct palisade_target *found = NULL;
 	for (__u32 level = 0; level <= PALISADE_MAX_LEVEL; level++) {
@@ -180,24 +198,52 @@ static __always_inline struct palisade_target *current_target(__u64 *target_cgro
 	return found;
 }
 
-/* The target the current task is in, and its policy's entry. */
+/* A decision in a hook about the current task: the target it is in and its policy's entry. */
 struct subject {
-	struct palisade_target *target;
-	__u64 target_cgroup_id;
+	__u32 hook;
 	__u32 target_level;
+	__u64 target_cgroup_id;
+	struct palisade_target *target;
 	struct palisade_policy *policy;
+	struct palisade_config *config;
+	__u64 started_ns; /* when decisions are timed: when this one found its policy */
 };
+
+/* Adds the time of a decision on a target to its hook's cost, if decisions are timed. */
+static __always_inline void account_cost(struct subject *subject)
+{
+	if (!subject->started_ns)
+		return;
+	__u32 hook = subject->hook;
+	struct palisade_hook_cost *cost = bpf_map_lookup_elem(&hook_cost, &hook);
+	if (cost) {
+		__sync_fetch_and_add(&cost->ns, bpf_ktime_get_ns() - subject->started_ns);
+		__sync_fetch_and_add(&cost->count, 1);
+	}
+}
+
+/* Declares the subject of a decision in `hook_id`. Every return, after its value is computed,
+ * accounts the decision's cost. */
+#define SUBJECT(name, hook_id)                                                                   \
+	struct subject name __attribute__((cleanup(account_cost))) = { .hook = (hook_id) }
 
 /* Fills `subject` when the current task is a target; false otherwise. */
 static __always_inline int find_subject(struct subject *subject)
 {
-	subject->target_cgroup_id = 0;
-	subject->target_level = 0;
-	subject->target = current_target(&subject->target_cgroup_id, &subject->target_level);
+	__u32 zero = 0;
+	subject->config = bpf_map_lookup_elem(&config, &zero);
+	if (!subject->config)
+		return 0;
+	subject->target = current_target(subject->config, &subject->target_cgroup_id,
+					 &subject->target_level);
 	if (!subject->target)
 		return 0;
 	subject->policy = bpf_map_lookup_elem(&policies, &subject->target->policy_id);
-	return subject->policy != NULL;
+	if (!subject->policy)
+		return 0;
+	if (subject->config->measure_cost)
+		subject->started_ns = bpf_ktime_get_ns();
+	return 1;
 }
 
 static __always_inline void consider(struct palisade_verdict *d, __u32 action, __u32 rule_id)
@@ -213,16 +259,91 @@ static __always_inline int verdict_error(const struct palisade_verdict *d)
 	return (d->action & PALISADE_ACTION_DENY) ? -EPERM : 0;
 }
 
-/*
- * Reserves an event for a decision that is reported, and fills what every hook reports; the
- * caller adds what it knows and submits. NULL when the decision is not reported, or when the
- * ring buffer is full (counted, never silent).
- */
-static __always_inline struct palisade_event *new_event(__u32 hook, const struct palisade_verdict *d,
-							 const struct subject *subject)
+/* Counts a decision by rule, hook and action; returns its counters (NULL if the map is full). */
+static __always_inline struct palisade_rule_count *count_decision(const struct palisade_verdict *d,
+								  const struct subject *subject)
 {
+	struct palisade_rule_key key = {
+		.policy_id = subject->target->policy_id,
+		.rule_id = d->rule_id,
+		.hook = subject->hook,
+		.action = (d->action & PALISADE_ACTION_DENY) ? PALISADE_ACTION_DENY
+							     : PALISADE_ACTION_AUDIT,
+	};
+	struct palisade_rule_count *count = bpf_map_lookup_elem(&rule_counts, &key);
+	if (!count) {
+		struct palisade_rule_count zero = {};
+		bpf_map_update_elem(&rule_counts, &key, &zero, BPF_NOEXIST);
+		count = bpf_map_lookup_elem(&rule_counts, &key);
+		if (!count) {
+			stat_inc(PALISADE_STAT_UNCOUNTED);
+			return NULL;
+		}
+	}
+	__sync_fetch_and_add(&count->decisions, 1);
+	return count;
+}
+
+/*
+ * Whether the audit rate of the decision's rule on the subject's target lets one more event
+ * through (a token bucket in nanoseconds of credit). Sets `suppressed` to the events it held back
+ * since the last one. Concurrent decisions may race on the bucket: the rate is approximate, the
+ * counts are not.
+ */
+static __always_inline int audit_allowed(const struct palisade_verdict *d,
+					 const struct subject *subject, __u32 *suppressed)
+{
+	__u64 interval = subject->config->audit_interval_ns;
+	__u64 burst = subject->config->audit_burst_ns;
+	if (!interval)
+		return 1;
+	struct palisade_bucket_key key = {
+		.policy_id = subject->target->policy_id,
+		.rule_id = d->rule_id,
+	};
+	__u64 now = bpf_ktime_get_ns();
+	struct palisade_bucket *bucket = bpf_map_lookup_elem(&audit_buckets, &key);
+	if (!bucket) {
+		struct palisade_bucket fresh = { .credit_ns = burst - interval, .updated_ns = now };
+		bpf_map_update_elem(&audit_buckets, &key, &fresh, BPF_NOEXIST);
+		return 1;
+	}
+	__u64 credit = bucket->credit_ns + (now - bucket->updated_ns);
+	if (credit > burst)
+		credit = burst;
+	bucket->updated_ns = now;
+	if (credit < interval) {
+		bucket->credit_ns = credit;
+		__sync_fetch_and_add(&bucket->suppressed, 1);
+		return 0;
+	}
+	bucket->credit_ns = credit - interval;
+	__u64 held = bucket->suppressed;
+	__sync_fetch_and_add(&bucket->suppressed, -held);
+	*suppressed = held;
+	return 1;
+}
+
+/*
+ * Records a decision: counts it, and reserves its audit event when the rule reports it and its
+ * audit rate allows; the caller fills in what it knows and submits. NULL when there is no event
+ * to fill: not reported, throttled or the ring buffer full (each counted, never silent).
+ */
+static __always_inline struct palisade_event *record(const struct palisade_verdict *d,
+						      const struct subject *subject)
+{
+	if (d->action == PALISADE_ACTION_NONE)
+		return NULL;
+	struct palisade_rule_count *count = count_decision(d, subject);
 	if (!(d->action & PALISADE_ACTION_AUDIT))
 		return NULL;
+	__u32 suppressed = 0;
+	if (!audit_allowed(d, subject, &suppressed)) {
+		if (count)
+			__sync_fetch_and_add(&count->throttled, 1);
+		stat_inc(PALISADE_STAT_EVENTS_THROTTLED);
+		return NULL;
+	}
 	struct palisade_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		stat_inc(PALISADE_STAT_EVENTS_DROPPED);
@@ -238,11 +359,12 @@ static __always_inline struct palisade_event *new_event(__u32 hook, const struct
 	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
 	e->uid = (__u32)bpf_get_current_uid_gid();
-	e->hook = hook;
+	e->hook = subject->hook;
 	e->action = d->action;
 	e->rule_id = d->rule_id;
 	e->policy_id = subject->target->policy_id;
 	e->error = verdict_error(d);
+	e->suppressed = suppressed;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	return e;
 }
@@ -288,10 +410,10 @@ static __always_inline void protect_files(struct palisade_verdict *d, struct den
 }
 
 /* Reports (if the rule says so) and returns the error for a decision with nothing to add. */
-static __always_inline int decide(__u32 hook, const struct palisade_verdict *d,
-				  const struct subject *subject, __u32 arg)
+static __always_inline int decide(const struct palisade_verdict *d, const struct subject *subject,
+				  __u32 arg)
 {
-	struct palisade_event *e = new_event(hook, d, subject);
+	struct palisade_event *e = record(d, subject);
 	if (e) {
 		e->arg = arg;
 		submit_event(e);

@@ -12,7 +12,7 @@
 /* Decides an exec by the absolute name the caller used. */
 static __always_inline int check_exec_name(struct linux_binprm *bprm)
 {
-	struct subject subject;
+	SUBJECT(subject, PALISADE_HOOK_BPRM_CHECK);
 	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
@@ -23,8 +23,7 @@ static __always_inline int check_exec_name(struct linux_binprm *bprm)
 	match_path(subject.target, s, len, PALISADE_PERM_EXEC, &d);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
-	return decide_path(PALISADE_HOOK_BPRM_CHECK, &d, &subject, s, bprm->file->f_inode,
-			   PALISADE_PERM_EXEC, 0);
+	return decide_path(&d, &subject, s, bprm->file->f_inode, PALISADE_PERM_EXEC, 0);
 }
 
 SEC("lsm/bprm_check_security")

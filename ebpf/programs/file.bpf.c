@@ -104,7 +104,7 @@ int BPF_PROG(path_chmod, const struct path *path, unsigned short mode, int ret)
 {
 	if (ret)
 		return ret;
-	struct subject subject;
+	SUBJECT(subject, PALISADE_HOOK_PATH_CHMOD);
 	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
@@ -123,6 +123,5 @@ int BPF_PROG(path_chmod, const struct path *path, unsigned short mode, int ret)
 	protect_files(&d, path->dentry, PALISADE_PERM_WRITE);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
-	return decide_path(PALISADE_HOOK_PATH_CHMOD, &d, &subject, s, NULL, PALISADE_PERM_WRITE,
-			   mode);
+	return decide_path(&d, &subject, s, NULL, PALISADE_PERM_WRITE, mode);
 }

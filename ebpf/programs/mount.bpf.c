@@ -27,13 +27,13 @@ static __always_inline void consider_fs_type(struct palisade_verdict *d,
 		consider(d, rule->action, rule->rule_id);
 }
 
-static __always_inline int decide_mount(__u32 hook, const struct palisade_verdict *d,
+static __always_inline int decide_mount(const struct palisade_verdict *d,
 					const struct subject *subject,
 					const __u8 fs_type[PALISADE_FS_TYPE_LEN])
 {
 	if (d->action == PALISADE_ACTION_NONE)
 		return 0;
-	struct palisade_event *e = new_event(hook, d, subject);
+	struct palisade_event *e = record(d, subject);
 	if (e) {
 		__builtin_memcpy(e->fs_type, fs_type, PALISADE_FS_TYPE_LEN);
 		submit_event(e);
@@ -44,14 +44,14 @@ static __always_inline int decide_mount(__u32 hook, const struct palisade_verdic
 /* Rules on a superblock being mounted or a mount being attached. */
 static __always_inline int check_superblock(__u32 hook, struct super_block *sb)
 {
-	struct subject subject;
+	SUBJECT(subject, hook);
 	if (!find_subject(&subject))
 		return 0;
 	struct palisade_verdict d = subject.policy->mount;
 	__u8 fs_type[PALISADE_FS_TYPE_LEN] = {};
 	consider_fs_type(&d, &subject, BPF_CORE_READ(sb, s_type, name),
 			 BPF_CORE_READ(sb, s_bdev) != NULL, fs_type);
-	return decide_mount(hook, &d, &subject, fs_type);
+	return decide_mount(&d, &subject, fs_type);
 }
 
 SEC("lsm/sb_mount")
@@ -60,13 +60,13 @@ int BPF_PROG(sb_mount, const char *dev_name, const struct path *path, const char
 {
 	if (ret)
 		return ret;
-	struct subject subject;
+	SUBJECT(subject, PALISADE_HOOK_SB_MOUNT);
 	if (!find_subject(&subject))
 		return 0;
 	__u8 fs_type[PALISADE_FS_TYPE_LEN] = {};
 	if (type)
 		bpf_probe_read_kernel_str(fs_type, sizeof(fs_type), type);
-	return decide_mount(PALISADE_HOOK_SB_MOUNT, &subject.policy->mount, &subject, fs_type);
+	return decide_mount(&subject.policy->mount, &subject, fs_type);
 }
 
 SEC("lsm/sb_kern_mount")
@@ -91,7 +91,7 @@ int BPF_PROG(fs_context_parse_param, struct fs_context *fc, struct fs_parameter 
 	/* 0 from this hook would mean "consumed": only an error is passed on. */
 	if (ret)
 		return ret;
-	struct subject subject;
+	SUBJECT(subject, PALISADE_HOOK_FS_CONTEXT_PARSE_PARAM);
 	if (!find_subject(&subject))
 		return 0;
 	struct palisade_verdict d = subject.policy->mount;
@@ -99,7 +99,7 @@ int BPF_PROG(fs_context_parse_param, struct fs_context *fc, struct fs_parameter 
 	struct file_system_type *type = BPF_CORE_READ(fc, fs_type);
 	consider_fs_type(&d, &subject, BPF_CORE_READ(type, name),
 			 BPF_CORE_READ(type, fs_flags) & FS_REQUIRES_DEV, fs_type);
-	return decide_mount(PALISADE_HOOK_FS_CONTEXT_PARSE_PARAM, &d, &subject, fs_type);
+	return decide_mount(&d, &subject, fs_type);
 }
 
 SEC("lsm/sb_umount")
@@ -107,10 +107,10 @@ int BPF_PROG(sb_umount, struct vfsmount *mnt, int flags, int ret)
 {
 	if (ret)
 		return ret;
-	struct subject subject;
+	SUBJECT(subject, PALISADE_HOOK_SB_UMOUNT);
 	if (!find_subject(&subject))
 		return 0;
 	__u8 fs_type[PALISADE_FS_TYPE_LEN] = {};
 	bpf_probe_read_kernel_str(fs_type, sizeof(fs_type), BPF_CORE_READ(mnt, mnt_sb, s_type, name));
-	return decide_mount(PALISADE_HOOK_SB_UMOUNT, &subject.policy->umount, &subject, fs_type);
+	return decide_mount(&subject.policy->umount, &subject, fs_type);
 }

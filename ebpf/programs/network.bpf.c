@@ -28,7 +28,7 @@ int BPF_PROG(socket_create, int family, int type, int protocol, int kern, int re
 		return ret;
 	if (kern)
 		return 0; /* the kernel's own sockets */
-	struct subject subject;
+	SUBJECT(subject, PALISADE_HOOK_SOCKET_CREATE);
 	if (!find_subject(&subject) || !(subject.policy->lookups & PALISADE_LOOKUP_SOCKETS))
 		return 0;
 	__u32 real_protocol = default_protocol(family, type, protocol);
@@ -47,7 +47,7 @@ int BPF_PROG(socket_create, int family, int type, int protocol, int kern, int re
 		consider(&d, rule->action, rule->rule_id);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
-	struct palisade_event *e = new_event(PALISADE_HOOK_SOCKET_CREATE, &d, &subject);
+	struct palisade_event *e = record(&d, &subject);
 	if (e) {
 		e->family = family;
 		e->protocol = real_protocol;
@@ -72,7 +72,7 @@ static __always_inline void match_destination(struct palisade_network_key *key, 
 static __always_inline int check_destination(__u32 hook, struct socket *sock, void *address,
 					     int len)
 {
-	struct subject subject;
+	SUBJECT(subject, hook);
 	if (!find_subject(&subject) || !(subject.policy->lookups & PALISADE_LOOKUP_NETWORK))
 		return 0;
 	struct sockaddr_in6 sa = {};
@@ -103,7 +103,7 @@ static __always_inline int check_destination(__u32 hook, struct socket *sock, vo
 	match_destination(&key, 0, 0, &d);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
-	struct palisade_event *e = new_event(hook, &d, &subject);
+	struct palisade_event *e = record(&d, &subject);
 	if (e) {
 		e->family = sa.sin6_family;
 		e->protocol = protocol;
@@ -144,11 +144,10 @@ int BPF_PROG(socket_setsockopt, struct socket *sock, int level, int optname, int
 			   (level == SOL_PACKET && optname == PACKET_FANOUT_DATA);
 	if (!attaches_bpf)
 		return 0;
-	struct subject subject;
+	SUBJECT(subject, PALISADE_HOOK_SOCKET_SETSOCKOPT);
 	if (!find_subject(&subject))
 		return 0;
-	return decide(PALISADE_HOOK_SOCKET_SETSOCKOPT, &subject.policy->setsockopt_bpf, &subject,
-		      (__u32)level << 16 | (__u32)optname);
+	return decide(&subject.policy->setsockopt_bpf, &subject, (__u32)level << 16 | (__u32)optname);
 }
 
 SEC("lsm/unix_stream_connect")
@@ -157,7 +156,7 @@ int BPF_PROG(unix_stream_connect, struct sock *sock, struct sock *other, struct 
 {
 	if (ret)
 		return ret;
-	struct subject subject;
+	SUBJECT(subject, PALISADE_HOOK_UNIX_STREAM_CONNECT);
 	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
@@ -184,6 +183,5 @@ int BPF_PROG(unix_stream_connect, struct sock *sock, struct sock *other, struct 
 	match_path(subject.target, s, len, PALISADE_PERM_CONNECT, &d);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
-	return decide_path(PALISADE_HOOK_UNIX_STREAM_CONNECT, &d, &subject, s, NULL,
-			   PALISADE_PERM_CONNECT, 0);
+	return decide_path(&d, &subject, s, NULL, PALISADE_PERM_CONNECT, 0);
 }

@@ -80,11 +80,11 @@ static __always_inline int resolved(long len)
 }
 
 /* Reports a path decision (the path is in s->path) and returns its error. */
-static __always_inline int decide_path(__u32 hook, const struct palisade_verdict *d,
+static __always_inline int decide_path(const struct palisade_verdict *d,
 				       const struct subject *subject, struct scratch *s,
 				       struct inode *inode, __u32 perms, __u32 arg)
 {
-	struct palisade_event *e = new_event(hook, d, subject);
+	struct palisade_event *e = record(d, subject);
 	if (e) {
 		if (inode) {
 			e->ino = BPF_CORE_READ(inode, i_ino);
@@ -105,7 +105,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 {
 	if (!perms)
 		return 0;
-	struct subject subject;
+	SUBJECT(subject, hook);
 	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
@@ -123,7 +123,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 			 subject.policy->block_device_open.rule_id);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
-	return decide_path(hook, &d, &subject, s, inode, perms, 0);
+	return decide_path(&d, &subject, s, inode, perms, 0);
 }
 
 #endif

@@ -111,7 +111,7 @@ static __always_inline long walk_path(struct scratch *s, struct dentry *dentry,
 static __always_inline int check_dentry(struct dentry *dentry, struct vfsmount *vfsmnt,
 					__u32 hook, __u32 perms)
 {
-	struct subject subject;
+	SUBJECT(subject, hook);
 	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
@@ -123,7 +123,7 @@ static __always_inline int check_dentry(struct dentry *dentry, struct vfsmount *
 	protect_files(&d, dentry, perms);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
-	return decide_path(hook, &d, &subject, s, NULL, perms, 0);
+	return decide_path(&d, &subject, s, NULL, perms, 0);
 }
 
 #endif

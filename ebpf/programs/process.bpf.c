@@ -6,10 +6,10 @@
  */
 #include "common.h"
 
-static __always_inline int protect_process(struct task_struct *object, __u32 hook,
+static __always_inline int protect_process(struct task_struct *object,
 					   const struct subject *subject, __u32 arg)
 {
-	struct palisade_event *e = new_event(hook, &self_protection, subject);
+	struct palisade_event *e = record(&self_protection, subject);
 	if (e) {
 		e->object_pid = object->tgid;
 		e->arg = arg;
@@ -46,10 +46,10 @@ int BPF_PROG(task_kill, struct task_struct *p, void *info, int sig, const void *
 	/* Signal 0 only asks whether the process exists. */
 	if (!sig || !is_protected_process(p))
 		return 0;
-	struct subject subject;
+	SUBJECT(subject, PALISADE_HOOK_TASK_KILL);
 	if (!find_subject(&subject))
 		return 0;
-	return protect_process(p, PALISADE_HOOK_TASK_KILL, &subject, sig);
+	return protect_process(p, &subject, sig);
 }
 
 SEC("lsm/ptrace_access_check")
@@ -57,15 +57,15 @@ int BPF_PROG(ptrace_access_check, struct task_struct *child, unsigned int mode, 
 {
 	if (ret)
 		return ret;
-	struct subject subject;
+	SUBJECT(subject, PALISADE_HOOK_PTRACE_ACCESS_CHECK);
 	if (!find_subject(&subject))
 		return 0;
 	if (is_protected_process(child))
-		return protect_process(child, PALISADE_HOOK_PTRACE_ACCESS_CHECK, &subject, mode);
+		return protect_process(child, &subject, mode);
 	struct palisade_verdict d = subject.policy->ptrace_outside;
 	if (d.action == PALISADE_ACTION_NONE || in_target(child, &subject))
 		return 0;
-	struct palisade_event *e = new_event(PALISADE_HOOK_PTRACE_ACCESS_CHECK, &d, &subject);
+	struct palisade_event *e = record(&d, &subject);
 	if (e) {
 		e->object_pid = child->tgid;
 		e->arg = mode;

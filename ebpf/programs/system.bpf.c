@@ -8,7 +8,7 @@ int BPF_PROG(capable, const void *cred, struct user_namespace *ns, int cap, unsi
 {
 	if (ret)
 		return ret;
-	struct subject subject;
+	SUBJECT(subject, PALISADE_HOOK_CAPABLE);
 	if (!find_subject(&subject))
 		return 0;
 	struct palisade_verdict d = {};
@@ -23,7 +23,7 @@ int BPF_PROG(capable, const void *cred, struct user_namespace *ns, int cap, unsi
 	/* Checks the kernel makes without auditing (probes, not uses) are denied unreported. */
 	if (opts & CAP_OPT_NOAUDIT)
 		d.action &= ~PALISADE_ACTION_AUDIT;
-	return decide(PALISADE_HOOK_CAPABLE, &d, &subject, cap);
+	return decide(&d, &subject, cap);
 }
 
 SEC("lsm/userns_create")
@@ -31,10 +31,10 @@ int BPF_PROG(userns_create, const void *cred, int ret)
 {
 	if (ret)
 		return ret;
-	struct subject subject;
+	SUBJECT(subject, PALISADE_HOOK_USERNS_CREATE);
 	if (!find_subject(&subject))
 		return 0;
-	return decide(PALISADE_HOOK_USERNS_CREATE, &subject.policy->userns_create, &subject, 0);
+	return decide(&subject.policy->userns_create, &subject, 0);
 }
 
 /* Commands that reach BPF objects already loaded (Palisade's among them) or pin into bpffs. */
@@ -50,10 +50,10 @@ int BPF_PROG(bpf, int cmd, void *attr, unsigned int size, int ret)
 {
 	if (ret || (cmd != BPF_PROG_LOAD_CMD && !reaches_loaded_objects(cmd)))
 		return ret;
-	struct subject subject;
+	SUBJECT(subject, PALISADE_HOOK_BPF);
 	if (!find_subject(&subject))
 		return 0;
 	if (reaches_loaded_objects(cmd))
-		return decide(PALISADE_HOOK_BPF, &self_protection, &subject, cmd);
-	return decide(PALISADE_HOOK_BPF, &subject.policy->bpf_prog_load, &subject, cmd);
+		return decide(&self_protection, &subject, cmd);
+	return decide(&subject.policy->bpf_prog_load, &subject, cmd);
 }

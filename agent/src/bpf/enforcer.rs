@@ -2,29 +2,32 @@
 //! in with one `targets` update, so a replacement is atomic and never reloads programs.
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
-    os::unix::fs::MetadataExt,
+    collections::{BTreeMap, HashMap, HashSet, VecDeque},
+    os::{fd::OwnedFd, unix::fs::MetadataExt},
     path::Path,
     sync::{Arc, RwLock},
+    time::Duration,
 };
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{
-        Array, ArrayOfMaps, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf,
+        Array, ArrayOfMaps, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, PerCpuHashMap,
+        RingBuf,
         lpm_trie::{Key, LpmTrie},
     },
-    programs::{Lsm, links::FdLink},
+    programs::{Lsm, ProgramError, links::FdLink},
 };
 use palisade_common::{
-    CGROUP_NAME_LEN, Config, GlobKey, GlobRule, InodeKey, KEY_PATH_LEN, MountTypeKey,
-    NetworkKeyData, PathVerdict, PendingKey, Policy as KernelPolicy, STAT_EVENTS,
-    STAT_EVENTS_DROPPED, STAT_UNDECIDED, SocketKey, Target, TriePath, Verdict,
+    CGROUP_NAME_LEN, Config, GlobKey, GlobRule, HookCost, InodeKey, KEY_PATH_LEN, MountTypeKey,
+    NetworkKeyData, PathVerdict, PendingKey, Policy as KernelPolicy, RULE_SELF_PROTECTION,
+    RuleCount, RuleKey, STAT_EVENTS, STAT_EVENTS_DROPPED, STAT_EVENTS_THROTTLED, STAT_UNCOUNTED,
+    STAT_UNDECIDED, SocketKey, Target, TriePath, Verdict,
 };
 
 use tracing::{info, warn};
 
-use super::{LoadError, MAPS, OBJECT, PROGRAMS, PinnedState, Preflight, pinned};
+use super::{HOOKS, LoadError, MAPS, OBJECT, PROGRAMS, PinnedState, Preflight, pinned};
 use crate::{
     policy::{CompiledPolicy, NetworkEntry, TrieEntry},
     targets::Cgroup,
@@ -35,6 +38,19 @@ use crate::{
 pub struct InstalledPolicy {
     pub policy: Arc<CompiledPolicy>,
     pub target: Cgroup,
+}
+
+/// The rule name given to the built-in protection of the loading process.
+pub const SELF_PROTECTION: &str = "palisade-self-protection";
+
+impl InstalledPolicy {
+    pub fn rule_name(&self, rule_id: u32) -> Option<&str> {
+        if rule_id == RULE_SELF_PROTECTION {
+            Some(SELF_PROTECTION)
+        } else {
+            self.policy.rule_name(rule_id)
+        }
+    }
 }
 
 /// Policy id -> installed policy, shared with the event decoder. Replaced and removed policies
@@ -115,8 +131,72 @@ pub enum RetireError {
 pub struct Stats {
     pub events: u64,
     pub events_dropped: u64,
+    /// Audit events suppressed by the audit rate of their rule and target.
+    pub events_throttled: u64,
     /// Operations on targets allowed because they could not be decided.
     pub undecided: u64,
+    /// Decisions not counted by rule (the counter map was full).
+    pub uncounted: u64,
+}
+
+/// How many audit events one rule may emit for one target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuditRate {
+    pub per_second: u32,
+    /// Events emitted at once after a quiet period (at least 1).
+    pub burst: u32,
+}
+
+/// The decisions of one rule of one policy in one hook, by action.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RuleLabels {
+    pub policy: String,
+    pub rule: String,
+    pub hook: &'static str,
+    pub action: &'static str,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuleCounts {
+    pub decisions: u64,
+    /// Reported decisions whose event the audit rate suppressed.
+    pub throttled: u64,
+}
+
+impl std::ops::AddAssign for RuleCounts {
+    fn add_assign(&mut self, other: Self) {
+        self.decisions += other.decisions;
+        self.throttled += other.throttled;
+    }
+}
+
+/// Decisions about targets made in one hook, and the time they took (while measured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecisionCost {
+    pub hook: &'static str,
+    pub rule_class: &'static str,
+    pub decisions: u64,
+    pub time: Duration,
+}
+
+/// What the kernel's run-time statistics say of one program (while measured).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgramRuns {
+    pub program: &'static str,
+    pub runs: u64,
+    pub time: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    #[error("enabling the kernel's BPF run-time statistics: {0}")]
+    Stats(#[from] aya::sys::SyscallError),
+    #[error("finding the programs' ids: {0}")]
+    Program(#[from] ProgramError),
+    #[error("finding the programs' ids: {0}")]
+    Link(#[from] aya::programs::links::LinkError),
+    #[error("{0}")]
+    Map(#[from] MapError),
 }
 
 struct Installed {
@@ -149,6 +229,12 @@ pub struct Enforcer {
     sockets: BpfHashMap<MapData, SocketKey, Verdict>,
     network: LpmTrie<MapData, NetworkKeyData, Verdict>,
     stats: PerCpuArray<MapData, u64>,
+    rule_counts: PerCpuHashMap<MapData, RuleKey, RuleCount>,
+    /// Counts of policies replaced or removed since, which left `rule_counts`.
+    retired_counts: BTreeMap<RuleLabels, RuleCounts>,
+    hook_cost: PerCpuArray<MapData, HookCost>,
+    /// While measuring: the kernel's run-time statistics stay on as long as this is open.
+    run_time_stats: Option<OwnedFd>,
     sync_barrier: ArrayOfMaps<MapData>,
     sync_inner: MapData,
     events: Option<RingBuf<MapData>>,
@@ -289,6 +375,10 @@ impl Enforcer {
             sockets: take(&mut ebpf, "sockets")?,
             network: take(&mut ebpf, "network")?,
             stats: take(&mut ebpf, "stats")?,
+            rule_counts: take(&mut ebpf, "rule_counts")?,
+            retired_counts: BTreeMap::new(),
+            hook_cost: take(&mut ebpf, "hook_cost")?,
+            run_time_stats: None,
             sync_barrier: take(&mut ebpf, "sync_barrier")?,
             sync_inner: match ebpf.take_map("sync_inner") {
                 Some(aya::maps::Map::Array(map)) => map,
@@ -304,8 +394,8 @@ impl Enforcer {
             next_policy_id: 1,
             registry: PolicyRegistry::default(),
             config: Config {
-                target_levels: 0,
                 protected_pid: std::process::id().into(),
+                ..Config::default()
             },
         };
         let setup = |source| LoadError::MapSetup {
@@ -414,6 +504,10 @@ impl Enforcer {
         }
         for key in stale(self.globs.keys(), |key| key.policy_id, live) {
             self.globs.remove(&key)?;
+            count += 1;
+        }
+        for key in stale(self.rule_counts.keys(), |key| key.policy_id, live) {
+            self.rule_counts.remove(&key)?;
             count += 1;
         }
         for key in stale(self.network.keys(), |key| key.data().policy_id, live) {
@@ -604,8 +698,136 @@ impl Enforcer {
         Ok(Stats {
             events: sum(STAT_EVENTS)?,
             events_dropped: sum(STAT_EVENTS_DROPPED)?,
+            events_throttled: sum(STAT_EVENTS_THROTTLED)?,
             undecided: sum(STAT_UNDECIDED)?,
+            uncounted: sum(STAT_UNCOUNTED)?,
         })
+    }
+
+    /// Limits the audit events of each rule on each target to `rate` (None: no limit).
+    /// Decisions are never limited, only their reports.
+    pub fn set_audit_rate(&mut self, rate: Option<AuditRate>) -> Result<(), MapError> {
+        let (interval, burst) = match rate {
+            Some(AuditRate { per_second, burst }) if per_second > 0 => {
+                let interval = 1_000_000_000 / u64::from(per_second);
+                (interval, interval * u64::from(burst.max(1)))
+            }
+            _ => (0, 0),
+        };
+        self.config.audit_interval_ns = interval;
+        self.config.audit_burst_ns = burst;
+        self.publish_config()
+    }
+
+    /// Starts measuring what enforcement costs: the time of every decision about a target, by
+    /// hook, and the kernel's run-time statistics of every program (which cost a clock read per
+    /// run, system-wide, for as long as this enforcer lives).
+    pub fn measure_cost(&mut self) -> Result<(), MeasureError> {
+        self.run_time_stats = Some(aya::sys::enable_stats(aya::sys::Stats::RunTime)?);
+        self.config.measure_cost = 1;
+        Ok(self.publish_config()?)
+    }
+
+    /// Decisions by rule, hook and action since this enforcer started, for the policies it
+    /// installed (including those replaced or removed since).
+    pub fn rule_counts(&self) -> Result<BTreeMap<RuleLabels, RuleCounts>, MapError> {
+        let mut counts = self.retired_counts.clone();
+        for entry in self.rule_counts.iter() {
+            let (key, per_cpu) = entry?;
+            if let Some(labels) = self.rule_labels(&key) {
+                *counts.entry(labels).or_default() += sum_counts(&per_cpu);
+            }
+        }
+        Ok(counts)
+    }
+
+    /// None for the entries of a policy an earlier agent installed.
+    fn rule_labels(&self, key: &RuleKey) -> Option<RuleLabels> {
+        let installed = self.registry.get(key.policy_id)?;
+        Some(RuleLabels {
+            policy: installed.policy.name.clone(),
+            rule: installed.rule_name(key.rule_id)?.to_owned(),
+            hook: super::hook_name(key.hook),
+            action: super::action_name(key.action),
+        })
+    }
+
+    /// Moves the counts of a policy no program uses any more out of the kernel.
+    fn fold_counts(&mut self, policy_id: u32) -> Result<(), MapError> {
+        let keys: Vec<RuleKey> = self
+            .rule_counts
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|key| key.policy_id == policy_id)
+            .collect();
+        for key in keys {
+            let counts = sum_counts(&self.rule_counts.get(&key, 0)?);
+            if let Some(labels) = self.rule_labels(&key) {
+                *self.retired_counts.entry(labels).or_default() += counts;
+            }
+            self.rule_counts.remove(&key)?;
+        }
+        Ok(())
+    }
+
+    /// The decisions about targets in each hook and their time; empty unless measuring.
+    pub fn decision_costs(&self) -> Result<Vec<DecisionCost>, MapError> {
+        if self.config.measure_cost == 0 {
+            return Ok(Vec::new());
+        }
+        HOOKS
+            .iter()
+            .map(|hook| {
+                let per_cpu = self.hook_cost.get(&hook.number, 0)?;
+                Ok(DecisionCost {
+                    hook: hook.name,
+                    rule_class: hook.rule_class,
+                    decisions: per_cpu.iter().map(|cost| cost.count).sum(),
+                    time: Duration::from_nanos(per_cpu.iter().map(|cost| cost.ns).sum()),
+                })
+            })
+            .collect()
+    }
+
+    /// The kernel's run-time statistics of each program; empty unless measuring.
+    pub fn program_runs(&self) -> Result<Vec<ProgramRuns>, MeasureError> {
+        if self.run_time_stats.is_none() {
+            return Ok(Vec::new());
+        }
+        let ids = self.program_ids()?;
+        Ok(aya::programs::loaded_programs()
+            .filter_map(Result::ok)
+            .filter_map(|info| {
+                let program = ids.get(&info.id())?;
+                Some(ProgramRuns {
+                    program,
+                    runs: info.run_count(),
+                    time: info.run_time(),
+                })
+            })
+            .collect())
+    }
+
+    /// The ids of the attached programs, by the links they are attached through.
+    fn program_ids(&self) -> Result<HashMap<u32, &'static str>, MeasureError> {
+        let mut ids = HashMap::new();
+        for (name, _) in PROGRAMS {
+            let id = match &self.pinned {
+                Some(state) => FdLink::from(aya::programs::links::PinnedLink::from_pin(
+                    state.link(name),
+                )?)
+                .info()?
+                .program_id(),
+                None => self
+                    ._ebpf
+                    .program(name)
+                    .ok_or(ProgramError::NotLoaded)?
+                    .info()?
+                    .id(),
+            };
+            ids.insert(id, *name);
+        }
+        Ok(ids)
     }
 
     fn allocate_policy_id(&mut self) -> u32 {
@@ -621,6 +843,10 @@ impl Enforcer {
             .enumerate()
             .filter(|(_, count)| **count > 0)
             .fold(self.adopted_levels, |mask, (level, _)| mask | 1 << level);
+        self.publish_config()
+    }
+
+    fn publish_config(&mut self) -> Result<(), MapError> {
         self.config_map.set(0, self.config, 0)
     }
 
@@ -628,7 +854,15 @@ impl Enforcer {
     /// longer reachable: a failure here only leaves unused entries behind, so it is logged.
     fn retire(&mut self, old: Installed) {
         match self.wait_for_running_programs() {
-            Ok(()) => self.delete_entries(old.policy_id, &old.policy),
+            Ok(()) => {
+                self.delete_entries(old.policy_id, &old.policy);
+                if let Err(err) = self.fold_counts(old.policy_id) {
+                    warn!(
+                        policy_id = old.policy_id,
+                        "decision counts of a replaced policy left in the kernel: {err}"
+                    );
+                }
+            }
             Err(err) => warn!(
                 policy_id = old.policy_id,
                 "entries of a replaced policy left in the maps: {err}"
@@ -702,4 +936,13 @@ impl Enforcer {
             let _ = self.prefixes.remove(&trie_key(policy_id, &entry.key));
         }
     }
+}
+
+fn sum_counts(per_cpu: &[RuleCount]) -> RuleCounts {
+    per_cpu
+        .iter()
+        .fold(RuleCounts::default(), |sum, count| RuleCounts {
+            decisions: sum.decisions + count.decisions,
+            throttled: sum.throttled + count.throttled,
+        })
 }

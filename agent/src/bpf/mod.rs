@@ -2,12 +2,15 @@
 //! through which policies are enforced. `Enforcer` is the single owner of the loaded object.
 
 mod enforcer;
+mod hooks;
 mod pinned;
 mod preflight;
 
 pub use enforcer::{
-    Enforcer, InstalledPolicy, PolicyRegistry, ProtectError, RetireError, StageError, Stats,
+    AuditRate, DecisionCost, Enforcer, InstalledPolicy, MeasureError, PolicyRegistry, ProgramRuns,
+    ProtectError, RetireError, RuleCounts, RuleLabels, SELF_PROTECTION, StageError, Stats,
 };
+pub use hooks::{HOOKS, Hook, action_name, hook_name};
 pub use pinned::{DEFAULT_ROOT, PinnedState, object_version, remove as remove_pinned};
 pub use preflight::{KERNEL_BTF, LoadError, LsmList, Preflight};
 
@@ -30,6 +33,9 @@ pub(crate) const MAPS: &[&str] = &[
     "network",
     "events",
     "stats",
+    "rule_counts",
+    "audit_buckets",
+    "hook_cost",
     "sync_inner",
     "sync_barrier",
     "scratch_space",

@@ -22,8 +22,8 @@ use tracing::{error, info, warn};
 
 use super::session::Session;
 use crate::{
-    bpf::{Enforcer, PinnedState, StageError},
-    events::Rotation,
+    bpf::{AuditRate, Enforcer, PinnedState, StageError},
+    events::{FalcoSink, JsonLines, Rotation},
     http::Endpoints,
     metrics::{KernelSnapshot, Metrics},
     policy::{CompiledPolicy, Environment, PolicyError, Target},
@@ -31,16 +31,65 @@ use crate::{
 };
 
 const RESYNC_INTERVAL: Duration = Duration::from_secs(2);
+/// How long a stopping agent keeps trying to deliver queued events to Falcosidekick.
+const FALCO_GRACE: Duration = Duration::from_secs(5);
 
+#[derive(Debug, clap::Args)]
 pub struct AgentArgs {
-    pub policy_dir: PathBuf,
+    #[arg(long, value_name = "DIR", required_unless_present = "cleanup")]
+    pub policy_dir: Option<PathBuf>,
+    /// Append audit events (JSON lines) to FILE instead of stdout.
+    #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
-    /// The bpffs directory enforcement is pinned under.
+    /// Rotate the event file when it would grow past BYTES.
+    #[arg(long, value_name = "BYTES", requires = "events")]
+    pub events_max_bytes: Option<u64>,
+    /// Rotated event files to keep (FILE.1 is the newest).
+    #[arg(
+        long,
+        value_name = "COUNT",
+        default_value_t = 5,
+        requires = "events_max_bytes"
+    )]
+    pub events_keep: u32,
+    /// Audit events each rule may emit per second for each target (0: no limit). Decisions are
+    /// never limited; suppressed events are counted and the next event says how many.
+    #[arg(long, value_name = "EVENTS", default_value_t = 20)]
+    pub audit_rate: u32,
+    /// Audit events a rule may emit at once for a target after a quiet period.
+    #[arg(long, value_name = "EVENTS", default_value_t = 50)]
+    pub audit_burst: u32,
+    /// Measure what enforcement costs in the kernel: the time of each decision about a target,
+    /// and the run time of each program (the kernel's BPF statistics). Costs a clock read or
+    /// two per hook call.
+    #[arg(long)]
+    pub bpf_stats: bool,
+    /// Also post every audit event, in Falco's output format, to Falcosidekick at URL
+    /// (http://HOST:2801/).
+    #[arg(long, value_name = "URL")]
+    pub falcosidekick_url: Option<String>,
+    /// Events queued for Falcosidekick while it is slow or down; more are counted and dropped.
+    #[arg(long, value_name = "EVENTS", default_value_t = 10_000)]
+    pub falcosidekick_queue: usize,
+    /// Where in bpffs the programs' links and maps are pinned.
+    #[arg(long, value_name = "DIR", default_value = crate::bpf::DEFAULT_ROOT)]
     pub bpffs: PathBuf,
-    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    /// Where to serve /metrics, /healthz and /readyz.
+    #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:9464")]
     pub metrics_address: SocketAddr,
+    /// Remove everything the agent pinned (ending its enforcement) and exit.
+    #[arg(long, conflicts_with = "policy_dir")]
+    pub cleanup: bool,
+}
+
+impl AgentArgs {
     /// How the event file is rotated, if it is.
-    pub events_rotation: Option<Rotation>,
+    fn events_rotation(&self) -> Option<Rotation> {
+        self.events_max_bytes.map(|max_bytes| Rotation {
+            max_bytes,
+            keep: self.events_keep,
+        })
+    }
 }
 
 /// What reconciling needs from the kernel side (a seam for tests).
@@ -379,7 +428,10 @@ fn reconcile(policies: &mut PolicyDir, enforcer: &mut Enforcer, retired: &mut bo
 }
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let dir = &args.policy_dir;
+    let dir = args
+        .policy_dir
+        .as_ref()
+        .context("a policy directory is required")?;
     anyhow::ensure!(
         dir.is_dir(),
         "the policy directory {} does not exist",
@@ -387,14 +439,33 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     );
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
-    let enforcer =
+    let mut enforcer =
         Enforcer::load_pinned(PinnedState::new(&args.bpffs)).context("cannot enforce")?;
+    enforcer
+        .set_audit_rate(Some(AuditRate {
+            per_second: args.audit_rate,
+            burst: args.audit_burst,
+        }))
+        .context("setting the audit rate")?;
+    if args.bpf_stats {
+        enforcer.measure_cost()?;
+    }
     let mut session = Session::start(
         enforcer,
         args.events.as_deref(),
-        args.events_rotation,
-        Box::new(std::io::stdout()),
+        args.events_rotation(),
+        JsonLines::new("stdout", Box::new(std::io::stdout())),
     )?;
+    let metrics = Arc::new(Metrics::new());
+    let falco_worker = match &args.falcosidekick_url {
+        Some(url) => {
+            let (sink, worker) =
+                FalcoSink::start(url, args.falcosidekick_queue, metrics.http_sink.clone())?;
+            session.add_sink(Box::new(sink));
+            Some(worker)
+        }
+        None => None,
+    };
     let mut own_files = vec![dir.as_path()];
     own_files.extend(args.events.as_deref());
     session.protect_own_files(&own_files)?;
@@ -405,7 +476,6 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         let _ = changed_tx.try_send(());
     })?;
     watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
-    let metrics = Arc::new(Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let (snapshots, mut snapshot_requests) = mpsc::channel(8);
     let listener = tokio::net::TcpListener::bind(args.metrics_address)
@@ -451,6 +521,15 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     server.abort();
     session.pump_all();
     session.report_losses();
+    drop(session);
+    if let Some(worker) = falco_worker
+        && !worker.finish(FALCO_GRACE).await
+    {
+        warn!(
+            "events for Falcosidekick still undelivered after {} s: dropped",
+            FALCO_GRACE.as_secs()
+        );
+    }
     info!(
         "agent stopped; enforcement stays pinned in the kernel (`palisade agent --cleanup` ends it)"
     );
@@ -458,12 +537,18 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
 }
 
 fn kernel_snapshot(enforcer: &Enforcer) -> KernelSnapshot {
+    fn or_default<T: Default>(read: Result<T, impl std::fmt::Display>) -> T {
+        read.unwrap_or_else(|err| {
+            warn!("reading the kernel's counters: {err}");
+            T::default()
+        })
+    }
     KernelSnapshot {
-        stats: enforcer.stats().unwrap_or_else(|err| {
-            warn!("reading the kernel counters: {err}");
-            Default::default()
-        }),
+        stats: or_default(enforcer.stats()),
         targets: enforcer.target_count() as u64,
+        rules: or_default(enforcer.rule_counts()),
+        decision_costs: or_default(enforcer.decision_costs()),
+        program_runs: or_default(enforcer.program_runs()),
     }
 }
 

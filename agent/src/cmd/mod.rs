@@ -5,3 +5,4 @@ pub mod doctor;
 pub mod policy;
 pub mod run;
 mod session;
+pub mod top;

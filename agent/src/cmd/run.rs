@@ -7,7 +7,10 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{info, warn};
 
 use super::session::Session;
-use crate::targets::{Cgroup, Hierarchy, join_in_child};
+use crate::{
+    events::JsonLines,
+    targets::{Cgroup, Hierarchy, join_in_child},
+};
 
 pub struct RunArgs {
     pub policy: PathBuf,
@@ -34,7 +37,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
         enforcer,
         args.events.as_deref(),
         None,
-        Box::new(std::io::stderr()),
+        JsonLines::new("stderr", Box::new(std::io::stderr())),
     )?;
     let mut own_files = vec![args.policy.as_path()];
     own_files.extend(args.events.as_deref());

@@ -8,24 +8,25 @@ use tracing::warn;
 
 use crate::{
     bpf::{Enforcer, Stats},
-    events::{Decoder, EventReader, RotatingFile, Rotation},
+    events::{Decoder, EventReader, JsonLines, RotatingFile, Rotation, Sink},
 };
 
 pub struct Session {
     pub enforcer: Enforcer,
     events: EventReader,
-    sink: Box<dyn Write + Send>,
+    sinks: Vec<Box<dyn Sink>>,
     /// The last drain stopped at its batch limit: drain again without waiting.
     backlog: bool,
     /// Losses already reported.
     reported: Losses,
 }
 
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct Losses {
     kernel: Stats,
     undecodable: u64,
-    write_errors: u64,
+    /// By sink, in the order of `sinks`.
+    sinks: Vec<u64>,
 }
 
 impl Session {
@@ -38,27 +39,32 @@ impl Session {
         Ok(())
     }
 
-    /// Reads `enforcer`'s events into `events` (appended to, and rotated by size if
-    /// `rotation` says so) or into `default_sink`.
+    /// Reads `enforcer`'s events as JSON lines into `events` (appended to, and rotated by size
+    /// if `rotation` says so) or into `default_sink`.
     pub fn start(
         mut enforcer: Enforcer,
         events: Option<&Path>,
         rotation: Option<Rotation>,
-        default_sink: Box<dyn Write + Send>,
+        default_sink: JsonLines,
     ) -> anyhow::Result<Self> {
-        let opening = |path: &Path| format!("opening the event file {}", path.display());
-        let sink: Box<dyn Write + Send> = match (events, rotation) {
-            (Some(path), Some(rotation)) => {
-                Box::new(RotatingFile::open(path, rotation).with_context(|| opening(path))?)
+        let sink = match events {
+            None => default_sink,
+            Some(path) => {
+                let opening = || format!("opening the event file {}", path.display());
+                let writer: Box<dyn Write + Send> = match rotation {
+                    Some(rotation) => {
+                        Box::new(RotatingFile::open(path, rotation).with_context(opening)?)
+                    }
+                    None => Box::new(
+                        OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(path)
+                            .with_context(opening)?,
+                    ),
+                };
+                JsonLines::new(path.display().to_string(), writer)
             }
-            (Some(path), None) => Box::new(
-                OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .with_context(|| opening(path))?,
-            ),
-            (None, _) => default_sink,
         };
         let ring = enforcer
             .take_events()
@@ -67,10 +73,15 @@ impl Session {
         Ok(Self {
             enforcer,
             events,
-            sink,
+            sinks: vec![Box::new(sink)],
             backlog: false,
             reported: Losses::default(),
         })
+    }
+
+    /// Sends every event to `sink` too.
+    pub fn add_sink(&mut self, sink: Box<dyn Sink>) {
+        self.sinks.push(sink);
     }
 
     /// Resolves when there are events to `pump`.
@@ -85,12 +96,12 @@ impl Session {
 
     /// Writes a batch of events to the sink.
     pub fn pump(&mut self) {
-        self.backlog = self.events.drain(&mut self.sink);
+        self.backlog = self.events.drain(&mut self.sinks);
     }
 
-    /// Writes every pending event (when stopping).
+    /// Hands every pending event to the sinks (when stopping).
     pub fn pump_all(&mut self) {
-        while self.events.drain(&mut self.sink) {}
+        while self.events.drain(&mut self.sinks) {}
         self.backlog = false;
     }
 
@@ -106,9 +117,23 @@ impl Session {
         let now = Losses {
             kernel,
             undecodable: self.events.undecodable,
-            write_errors: self.events.write_errors,
+            sinks: self.sinks.iter().map(|sink| sink.lost()).collect(),
         };
-        let before = std::mem::replace(&mut self.reported, now);
+        let before = std::mem::replace(&mut self.reported, now.clone());
+        for (index, sink) in self.sinks.iter().enumerate() {
+            let (total, reported) = (
+                now.sinks[index],
+                before.sinks.get(index).copied().unwrap_or(0),
+            );
+            if total > reported {
+                warn!(
+                    new = total - reported,
+                    total,
+                    sink = sink.name(),
+                    "audit events lost by a sink"
+                );
+            }
+        }
         let losses = [
             (
                 "audit events dropped in the kernel: the ring buffer was full",
@@ -124,11 +149,6 @@ impl Session {
                 "ring buffer records that are not events of this version",
                 now.undecodable,
                 before.undecodable,
-            ),
-            (
-                "audit events that could not be written to their sink",
-                now.write_errors,
-                before.write_errors,
             ),
         ];
         for (what, total, reported) in losses {

@@ -1,10 +1,13 @@
-//! Audit events from the kernel: decoding, naming (policy, rule, target) and JSON lines output.
+//! Audit events from the kernel: decoding, naming (policy, rule, target), and the sinks they go
+//! to (JSON lines, Falcosidekick).
 
+mod falco;
 mod reader;
 mod sink;
 
+pub use falco::{FalcoSink, FalcoWorker};
 pub use reader::EventReader;
-pub use sink::{RotatingFile, Rotation};
+pub use sink::{JsonLines, RotatingFile, Rotation, Sink};
 
 use std::{
     net::Ipv6Addr,
@@ -12,20 +15,13 @@ use std::{
 };
 
 use palisade_common::{
-    ACTION_AUDIT, ACTION_DENY, Event, HOOK_BPF, HOOK_BPRM_CHECK, HOOK_CAPABLE, HOOK_FILE_OPEN,
-    HOOK_FS_CONTEXT_PARSE_PARAM, HOOK_MMAP_FILE, HOOK_MOVE_MOUNT, HOOK_PATH_CHMOD, HOOK_PATH_LINK,
-    HOOK_PATH_MKDIR, HOOK_PATH_RENAME, HOOK_PATH_RMDIR, HOOK_PATH_SYMLINK, HOOK_PATH_TRUNCATE,
-    HOOK_PATH_UNLINK, HOOK_PTRACE_ACCESS_CHECK, HOOK_SB_KERN_MOUNT, HOOK_SB_MOUNT, HOOK_SB_UMOUNT,
-    HOOK_SOCKET_CONNECT, HOOK_SOCKET_CREATE, HOOK_SOCKET_SENDMSG, HOOK_SOCKET_SETSOCKOPT,
-    HOOK_TASK_KILL, HOOK_UNIX_STREAM_CONNECT, HOOK_USERNS_CREATE, PERM_APPEND, PERM_CONNECT,
-    PERM_EXEC, PERM_READ, PERM_WRITE, RULE_SELF_PROTECTION,
+    Event, HOOK_BPF, HOOK_CAPABLE, HOOK_PATH_CHMOD, HOOK_PTRACE_ACCESS_CHECK, HOOK_SOCKET_CONNECT,
+    HOOK_SOCKET_CREATE, HOOK_SOCKET_SENDMSG, HOOK_SOCKET_SETSOCKOPT, HOOK_TASK_KILL, PERM_APPEND,
+    PERM_CONNECT, PERM_EXEC, PERM_READ, PERM_WRITE,
 };
 use serde::Serialize;
 
-use crate::bpf::PolicyRegistry;
-
-/// The rule name events give the built-in protection of the loading process.
-pub const SELF_PROTECTION: &str = "palisade-self-protection";
+use crate::bpf::{PolicyRegistry, action_name, hook_name};
 
 /// One audit event as written out (one JSON object per line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -52,6 +48,9 @@ pub struct AuditEvent {
     pub permissions: Vec<&'static str>,
     /// The errno returned to the caller (1 = EPERM), 0 if the operation was allowed.
     pub errno: i32,
+    /// Events of this rule and target the audit rate suppressed since the previous one.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub suppressed: u32,
     /// Signal and ptrace hooks: the process acted on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub object_pid: Option<u32>,
@@ -87,35 +86,9 @@ pub struct SocketInfo {
     pub port: Option<u32>,
 }
 
-/// Hook numbers and the names events give them.
-const HOOKS: &[(u32, &str)] = &[
-    (HOOK_FILE_OPEN, "file_open"),
-    (HOOK_BPRM_CHECK, "bprm_check_security"),
-    (HOOK_MMAP_FILE, "mmap_file"),
-    (HOOK_TASK_KILL, "task_kill"),
-    (HOOK_PTRACE_ACCESS_CHECK, "ptrace_access_check"),
-    (HOOK_PATH_TRUNCATE, "path_truncate"),
-    (HOOK_PATH_UNLINK, "path_unlink"),
-    (HOOK_PATH_RENAME, "path_rename"),
-    (HOOK_PATH_LINK, "path_link"),
-    (HOOK_PATH_SYMLINK, "path_symlink"),
-    (HOOK_PATH_CHMOD, "path_chmod"),
-    (HOOK_PATH_MKDIR, "path_mkdir"),
-    (HOOK_PATH_RMDIR, "path_rmdir"),
-    (HOOK_SB_MOUNT, "sb_mount"),
-    (HOOK_MOVE_MOUNT, "move_mount"),
-    (HOOK_FS_CONTEXT_PARSE_PARAM, "fs_context_parse_param"),
-    (HOOK_SB_KERN_MOUNT, "sb_kern_mount"),
-    (HOOK_SB_UMOUNT, "sb_umount"),
-    (HOOK_CAPABLE, "capable"),
-    (HOOK_USERNS_CREATE, "userns_create"),
-    (HOOK_BPF, "bpf"),
-    (HOOK_SOCKET_SETSOCKOPT, "socket_setsockopt"),
-    (HOOK_SOCKET_CREATE, "socket_create"),
-    (HOOK_SOCKET_CONNECT, "socket_connect"),
-    (HOOK_SOCKET_SENDMSG, "socket_sendmsg"),
-    (HOOK_UNIX_STREAM_CONNECT, "unix_stream_connect"),
-];
+fn is_zero(count: &u32) -> bool {
+    *count == 0
+}
 
 fn device(encoded: u32) -> String {
     format!("{}:{}", encoded >> 20, encoded & 0xfffff)
@@ -177,13 +150,9 @@ impl Decoder {
         let event: Event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
         let installed = self.registry.get(event.policy_id);
         let hook = event.hook;
-        let rule = if event.rule_id == RULE_SELF_PROTECTION {
-            Some(SELF_PROTECTION)
-        } else {
-            installed
-                .as_ref()
-                .and_then(|installed| installed.policy.rule_name(event.rule_id))
-        };
+        let rule = installed
+            .as_ref()
+            .and_then(|installed| installed.rule_name(event.rule_id));
         let permissions = [
             (PERM_READ, "read"),
             (PERM_WRITE, "write"),
@@ -201,17 +170,8 @@ impl Decoder {
             )
             .to_string(),
             node: self.node.clone(),
-            hook: HOOKS
-                .iter()
-                .find(|(number, _)| *number == event.hook)
-                .map_or("unknown", |(_, name)| name),
-            action: if event.action & ACTION_DENY != 0 {
-                "deny"
-            } else if event.action & ACTION_AUDIT != 0 {
-                "audit"
-            } else {
-                "unknown"
-            },
+            hook: hook_name(event.hook),
+            action: action_name(event.action),
             policy: installed
                 .as_ref()
                 .map(|installed| installed.policy.name.clone()),
@@ -233,6 +193,7 @@ impl Decoder {
             ino: event.ino,
             permissions,
             errno: -event.error,
+            suppressed: event.suppressed,
             object_pid: (event.object_pid != 0).then_some(event.object_pid),
             signal: (hook == HOOK_TASK_KILL).then_some(event.arg),
             capability: (hook == HOOK_CAPABLE).then(|| {

@@ -1,11 +1,9 @@
-//! Reads the ring buffer as records arrive and writes JSON lines to a sink.
-
-use std::io::Write;
+//! Reads the ring buffer as records arrive and hands the events to the sinks.
 
 use aya::maps::{MapData, RingBuf};
 use tokio::io::{Interest, unix::AsyncFd};
 
-use super::Decoder;
+use super::{Decoder, Sink};
 
 /// Records handled per `drain`, so that a flood of events cannot starve the caller's other work.
 const BATCH: usize = 1024;
@@ -15,8 +13,6 @@ pub struct EventReader {
     decoder: Decoder,
     /// Records that were not events of this version (the kernel counts its own drops).
     pub undecodable: u64,
-    /// Events lost because the sink failed.
-    pub write_errors: u64,
 }
 
 impl EventReader {
@@ -29,7 +25,6 @@ impl EventReader {
             ring,
             decoder,
             undecodable: 0,
-            write_errors: 0,
         })
     }
 
@@ -39,9 +34,8 @@ impl EventReader {
         Ok(())
     }
 
-    /// Writes up to a batch of pending events to `sink`, one JSON object per line. Returns
-    /// whether records may remain.
-    pub fn drain(&mut self, sink: &mut impl Write) -> bool {
+    /// Hands up to a batch of pending events to every sink. Returns whether records may remain.
+    pub fn drain(&mut self, sinks: &mut [Box<dyn Sink>]) -> bool {
         let ring = self.ring.get_mut();
         for _ in 0..BATCH {
             let Some(record) = ring.next() else {
@@ -51,15 +45,8 @@ impl EventReader {
                 self.undecodable += 1;
                 continue;
             };
-            let mut line = serde_json::to_string(&event).expect("events serialize");
-            // One write per line: a rotating sink never splits one.
-            line.push('\n');
-            if sink
-                .write_all(line.as_bytes())
-                .and_then(|()| sink.flush())
-                .is_err()
-            {
-                self.write_errors += 1;
+            for sink in sinks.iter_mut() {
+                sink.send(&event);
             }
         }
         true

@@ -1,11 +1,63 @@
-//! Where event lines go: a file that is rotated by size, so that a long-running agent under
-//! attack cannot fill the disk.
+//! Where decoded events go: JSON lines to a writer (stdout, or a file rotated by size so that a
+//! long-running agent under attack cannot fill the disk), and the other sinks beside it.
 
 use std::{
     fs::{File, OpenOptions},
     io::{self, Write},
     path::{Path, PathBuf},
 };
+
+use super::AuditEvent;
+
+/// A destination of audit events. `send` never blocks the loop that reads the kernel's events.
+pub trait Sink: Send {
+    fn send(&mut self, event: &AuditEvent);
+    /// Events this sink has lost so far (failed writes, a full queue).
+    fn lost(&self) -> u64;
+    /// What the sink is, for reports.
+    fn name(&self) -> &str;
+}
+
+/// One JSON object per line.
+pub struct JsonLines {
+    name: String,
+    writer: Box<dyn Write + Send>,
+    failed: u64,
+}
+
+impl JsonLines {
+    pub fn new(name: impl Into<String>, writer: Box<dyn Write + Send>) -> Self {
+        Self {
+            name: name.into(),
+            writer,
+            failed: 0,
+        }
+    }
+}
+
+impl Sink for JsonLines {
+    fn send(&mut self, event: &AuditEvent) {
+        let mut line = serde_json::to_string(event).expect("events serialize");
+        // One write per line: a rotating file never splits one.
+        line.push('\n');
+        if self
+            .writer
+            .write_all(line.as_bytes())
+            .and_then(|()| self.writer.flush())
+            .is_err()
+        {
+            self.failed += 1;
+        }
+    }
+
+    fn lost(&self) -> u64 {
+        self.failed
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
 
 /// Size-based rotation: when a line would take the file past `max_bytes`, FILE becomes FILE.1,
 /// FILE.1 becomes FILE.2, and so on; `keep` rotated files are kept.

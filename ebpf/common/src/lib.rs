@@ -12,7 +12,7 @@ const _: () = assert!(
 const _: () = assert!(core::mem::size_of::<PathVerdict>() == 48);
 const _: () = assert!(core::mem::size_of::<Policy>() == 8 + 8 * (CAP_COUNT as usize + 12));
 const _: () = assert!(core::mem::size_of::<NetworkKeyData>() == 24);
-const _: () = assert!(core::mem::size_of::<Event>() == 400);
+const _: () = assert!(core::mem::size_of::<Event>() == 408);
 // StageError's message names the longest cgroup name that can be armed.
 const _: () = assert!(CGROUP_NAME_LEN == 64);
 
@@ -35,4 +35,7 @@ mod user {
     unsafe impl aya::Pod for Verdict {}
     unsafe impl aya::Pod for PendingKey {}
     unsafe impl aya::Pod for InodeKey {}
+    unsafe impl aya::Pod for RuleKey {}
+    unsafe impl aya::Pod for RuleCount {}
+    unsafe impl aya::Pod for HookCost {}
 }

@@ -143,6 +143,50 @@ pub fn spawn_probe(cgroup: Option<&Cgroup>, args: &[&str]) -> Child {
         .expect("starting the probe")
 }
 
+/// Reads `path` in a loop inside a target until told to stop, counting each answer.
+pub struct Prober {
+    child: Child,
+    stop: String,
+}
+
+/// How often each answer came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeReport {
+    pub ok: u64,
+    pub eperm: u64,
+    pub other: u64,
+}
+
+impl Prober {
+    /// `stop` is a file whose existence ends the loop.
+    pub fn start(target: &Cgroup, path: &str, stop: &str) -> Self {
+        let _ = std::fs::remove_file(stop);
+        Self {
+            child: spawn_probe(Some(target), &["read-until", path, stop]),
+            stop: stop.to_owned(),
+        }
+    }
+
+    pub fn finish(self) -> ProbeReport {
+        std::fs::write(&self.stop, "").expect("creating the stop file");
+        let out = self
+            .child
+            .wait_with_output()
+            .expect("waiting for the prober");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let count = |name: &str| -> u64 {
+            text.split_whitespace()
+                .find_map(|part| part.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} count in the prober's report {text:?}"))
+        };
+        ProbeReport {
+            ok: count("ok"),
+            eperm: count("eperm"),
+            other: count("other"),
+        }
+    }
+}
+
 /// One test's view of the kernel: exclusive use of the loaded programs, and the cgroups and
 /// policies it made, all removed when it ends.
 pub struct Kernel {

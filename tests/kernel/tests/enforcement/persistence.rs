@@ -9,38 +9,16 @@ use std::{
 };
 
 use palisade_agent::bpf::{Enforcer, PinnedState, object_version};
-use palisade_kernel_tests::{Answer, EPERM, Kernel, deny_read, file, policy, probe, spawn_probe};
+use palisade_kernel_tests::{
+    Answer, EPERM, Kernel, ProbeReport, Prober, deny_read, file, policy, probe,
+};
 
 use super::{Agent, cleanup_agent, eventually, write_policy};
 
-/// Reads `path` in a loop inside the target until told to stop; returns how often each answer
-/// came.
-struct Prober {
-    child: std::process::Child,
-    stop: String,
-}
-
-impl Prober {
-    fn start(target: &palisade_agent::targets::Cgroup, path: &str, stop: &str) -> Self {
-        let _ = std::fs::remove_file(stop);
-        Self {
-            child: spawn_probe(Some(target), &["read-until", path, stop]),
-            stop: stop.to_owned(),
-        }
-    }
-
-    /// Stops it; returns its report, e.g. "ok=0 eperm=1234 other=0".
-    fn finish(self) -> String {
-        std::fs::write(&self.stop, "").unwrap();
-        let out = self.child.wait_with_output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-}
-
-fn assert_never_allowed(report: &str) {
+fn assert_never_allowed(report: &ProbeReport) {
     assert!(
-        report.starts_with("ok=0 eperm=") && !report.starts_with("ok=0 eperm=0 "),
-        "the file was readable at some point: {report}"
+        report.ok == 0 && report.eperm > 0,
+        "the file was readable at some point: {report:?}"
     );
 }
 

@@ -1,5 +1,8 @@
 //! The agent's HTTP endpoints: `/metrics` (Prometheus), `/healthz` (the process serves) and
-//! `/readyz` (programs attached and every policy file reconciled once).
+//! `/readyz` (programs attached and every policy file reconciled once); and the client its
+//! event sink and `palisade top` use.
+
+pub mod client;
 
 use std::{
     convert::Infallible,

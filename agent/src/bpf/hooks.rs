@@ -1,0 +1,94 @@
+//! The hooks decisions are made in, by the number events and counters carry, with the name they
+//! are reported by and the class of rules they decide.
+
+use palisade_common::{
+    ACTION_DENY, HOOK_BPF, HOOK_BPRM_CHECK, HOOK_CAPABLE, HOOK_FILE_OPEN,
+    HOOK_FS_CONTEXT_PARSE_PARAM, HOOK_MMAP_FILE, HOOK_MOVE_MOUNT, HOOK_PATH_CHMOD, HOOK_PATH_LINK,
+    HOOK_PATH_MKDIR, HOOK_PATH_RENAME, HOOK_PATH_RMDIR, HOOK_PATH_SYMLINK, HOOK_PATH_TRUNCATE,
+    HOOK_PATH_UNLINK, HOOK_PTRACE_ACCESS_CHECK, HOOK_SB_KERN_MOUNT, HOOK_SB_MOUNT, HOOK_SB_UMOUNT,
+    HOOK_SOCKET_CONNECT, HOOK_SOCKET_CREATE, HOOK_SOCKET_SENDMSG, HOOK_SOCKET_SETSOCKOPT,
+    HOOK_TASK_KILL, HOOK_UNIX_STREAM_CONNECT, HOOK_USERNS_CREATE,
+};
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct Hook {
+    pub number: u32,
+    /// The LSM hook (and the program attached to it).
+    pub name: &'static str,
+    /// The rules it decides: files, exec, process, mount, capabilities, bpf or network.
+    pub rule_class: &'static str,
+}
+
+const fn hook(number: u32, name: &'static str, rule_class: &'static str) -> Hook {
+    Hook {
+        number,
+        name,
+        rule_class,
+    }
+}
+
+pub const HOOKS: &[Hook] = &[
+    hook(HOOK_FILE_OPEN, "file_open", "files"),
+    hook(HOOK_PATH_TRUNCATE, "path_truncate", "files"),
+    hook(HOOK_PATH_UNLINK, "path_unlink", "files"),
+    hook(HOOK_PATH_RENAME, "path_rename", "files"),
+    hook(HOOK_PATH_LINK, "path_link", "files"),
+    hook(HOOK_PATH_SYMLINK, "path_symlink", "files"),
+    hook(HOOK_PATH_CHMOD, "path_chmod", "files"),
+    hook(HOOK_PATH_MKDIR, "path_mkdir", "files"),
+    hook(HOOK_PATH_RMDIR, "path_rmdir", "files"),
+    hook(HOOK_BPRM_CHECK, "bprm_check_security", "exec"),
+    hook(HOOK_MMAP_FILE, "mmap_file", "exec"),
+    hook(HOOK_TASK_KILL, "task_kill", "process"),
+    hook(HOOK_PTRACE_ACCESS_CHECK, "ptrace_access_check", "process"),
+    hook(HOOK_SB_MOUNT, "sb_mount", "mount"),
+    hook(HOOK_MOVE_MOUNT, "move_mount", "mount"),
+    hook(
+        HOOK_FS_CONTEXT_PARSE_PARAM,
+        "fs_context_parse_param",
+        "mount",
+    ),
+    hook(HOOK_SB_KERN_MOUNT, "sb_kern_mount", "mount"),
+    hook(HOOK_SB_UMOUNT, "sb_umount", "mount"),
+    hook(HOOK_CAPABLE, "capable", "capabilities"),
+    hook(HOOK_USERNS_CREATE, "userns_create", "capabilities"),
+    hook(HOOK_BPF, "bpf", "bpf"),
+    hook(HOOK_SOCKET_SETSOCKOPT, "socket_setsockopt", "bpf"),
+    hook(HOOK_SOCKET_CREATE, "socket_create", "network"),
+    hook(HOOK_SOCKET_CONNECT, "socket_connect", "network"),
+    hook(HOOK_SOCKET_SENDMSG, "socket_sendmsg", "network"),
+    hook(HOOK_UNIX_STREAM_CONNECT, "unix_stream_connect", "network"),
+];
+
+/// The name of hook `number` ("unknown" for a number this build does not know).
+pub fn hook_name(number: u32) -> &'static str {
+    HOOKS
+        .iter()
+        .find(|hook| hook.number == number)
+        .map_or("unknown", |hook| hook.name)
+}
+
+/// "deny" for a decision that denied (reported or not), "audit" for one allowed and reported.
+pub fn action_name(action: u32) -> &'static str {
+    if action & ACTION_DENY != 0 {
+        "deny"
+    } else {
+        "audit"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_hook_number_is_listed_once() {
+        let mut numbers: Vec<u32> = HOOKS.iter().map(|hook| hook.number).collect();
+        numbers.sort();
+        numbers.dedup();
+        assert_eq!(
+            numbers,
+            (1..palisade_common::HOOK_COUNT).collect::<Vec<_>>()
+        );
+    }
+}

@@ -1,0 +1,387 @@
+//! What the agent lets operators see: its HTTP endpoints, metrics counted in the kernel (per
+//! rule, throttled, dropped, and what decisions cost), parsed as Prometheus would, the Grafana
+//! dashboard over them, and `palisade top` reading them.
+
+use std::{
+    collections::BTreeSet,
+    net::SocketAddr,
+    process::Command,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use palisade_kernel_tests::{EPERM, Kernel, Prober, binary, deny_read, file, policy, probe};
+
+use super::{Agent, cleanup_agent, write_policy};
+
+/// GET `path` from the agent's HTTP endpoints: (status code, body).
+fn http_get(path: &str) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect("127.0.0.1:9464")?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_owned()))
+}
+
+fn wait_until_ready(agent: &Agent) {
+    let started = Instant::now();
+    while http_get("/readyz").map(|(status, _)| status).unwrap_or(0) != 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never ready: {}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `/metrics` as parsed by a Prometheus text-format parser.
+struct Scrape {
+    samples: prometheus_parse::Scrape,
+    text: String,
+}
+
+impl Scrape {
+    fn now() -> Self {
+        let (status, text) = http_get("/metrics").unwrap();
+        assert_eq!(status, 200, "{text}");
+        let samples = prometheus_parse::Scrape::parse(text.lines().map(|line| Ok(line.to_owned())))
+            .unwrap_or_else(|err| panic!("{err}: {text}"));
+        Self { samples, text }
+    }
+
+    /// The value of the sample `name` with (at least) `labels`; None if there is none.
+    fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        use prometheus_parse::Value;
+        let sample = self.samples.samples.iter().find(|sample| {
+            sample.metric == name
+                && labels
+                    .iter()
+                    .all(|(key, value)| sample.labels.get(key) == Some(*value))
+        })?;
+        match sample.value {
+            // OpenMetrics names a counter family without `_total`: this parser then leaves its
+            // samples untyped.
+            Value::Counter(value) | Value::Gauge(value) | Value::Untyped(value) => Some(value),
+            _ => None,
+        }
+    }
+
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.get(name, labels)
+            .unwrap_or_else(|| panic!("no {name} {labels:?} in {}", self.text))
+    }
+}
+
+#[test]
+fn agent_serves_metrics_health_and_readiness() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "metrics");
+    let secret = file("/tmp/metrics/secret");
+    let dir = "/tmp/metrics-policies";
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    write_policy(
+        &format!("{dir}/app.yaml"),
+        "app",
+        target.path.to_str().unwrap(),
+        secret,
+    );
+    let bpffs = "/sys/fs/bpf/palisade-test-metrics";
+    let agent = Agent::start_with(dir, bpffs, "metrics", &["--bpf-stats"]);
+    wait_until_ready(&agent);
+    assert_eq!(http_get("/healthz").unwrap().0, 200);
+    const VIOLATIONS: usize = 5;
+    for _ in 0..VIOLATIONS {
+        assert_eq!(probe(Some(&target), &["read", secret]), EPERM);
+    }
+    let scrape = Scrape::now();
+    let rule = [
+        ("policy", "app"),
+        ("rule", "customRules.files[0]"),
+        ("hook", "file_open"),
+        ("action", "deny"),
+    ];
+    assert_eq!(
+        scrape.value("palisade_rule_decisions_total", &rule),
+        VIOLATIONS as f64
+    );
+    assert_eq!(
+        scrape.value("palisade_rule_events_throttled_total", &rule),
+        0.0
+    );
+    assert_eq!(
+        scrape.value("palisade_events_total", &[]),
+        VIOLATIONS as f64
+    );
+    assert_eq!(scrape.value("palisade_events_dropped_total", &[]), 0.0);
+    assert_eq!(scrape.value("palisade_targets", &[]), 1.0);
+    assert_eq!(scrape.value("palisade_policies", &[]), 1.0);
+    assert_eq!(scrape.value("palisade_policy_errors", &[]), 0.0);
+    assert!(scrape.value("palisade_process_resident_memory_bytes", &[]) > 0.0);
+    for map in ["targets", "path_prefixes", "policies", "rule_counts"] {
+        assert!(scrape.value("palisade_bpf_map_memory_bytes", &[("map", map)]) > 0.0);
+    }
+    // What decisions cost: every decision about the target is timed, by hook and rule class;
+    // every program run by the kernel's statistics (on all tasks, so at least as many).
+    let file_open = [("rule_class", "files"), ("hook", "file_open")];
+    let evaluations = scrape.value("palisade_rule_evaluations_total", &file_open);
+    assert!(evaluations >= VIOLATIONS as f64, "{}", scrape.text);
+    assert!(scrape.value("palisade_rule_evaluation_seconds_total", &file_open) > 0.0);
+    assert!(scrape.value("palisade_hook_runs_total", &[("hook", "file_open")]) >= evaluations);
+    assert!(scrape.value("palisade_hook_run_seconds_total", &[("hook", "file_open")]) > 0.0);
+    dashboard_reads_only_exported_metrics(&scrape.text);
+    // `palisade top` shows the same counts.
+    let top = Command::new(binary("PALISADE_BIN"))
+        .args(["top", "--once"])
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        top.status.success(),
+        "{screen}{}",
+        String::from_utf8_lossy(&top.stderr)
+    );
+    let row = screen
+        .lines()
+        .find(|line| line.contains("customRules.files[0]"))
+        .unwrap_or_else(|| panic!("no rule row in {screen}"));
+    assert!(
+        row.split_whitespace()
+            .any(|field| field == VIOLATIONS.to_string()),
+        "{screen}"
+    );
+    assert!(screen.contains("file_open"), "{screen}");
+    assert_eq!(http_get("/nothing").unwrap().0, 404);
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
+}
+
+/// Every metric name in `text` (a name starts with "palisade_").
+fn metric_names(text: &str) -> BTreeSet<String> {
+    text.match_indices("palisade_")
+        .map(|(start, _)| {
+            text[start..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect()
+        })
+        .collect()
+}
+
+/// Expressions and query variables' definitions anywhere in a Grafana dashboard.
+fn queries(value: &serde_json::Value, found: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(object) => {
+            for (key, value) in object {
+                match (key.as_str(), value) {
+                    ("expr" | "definition", serde_json::Value::String(query)) => {
+                        found.push(query.clone())
+                    }
+                    _ => queries(value, found),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|item| queries(item, found)),
+        _ => {}
+    }
+}
+
+/// Every expression of the Grafana dashboard reads metrics found in `exposition`.
+fn dashboard_reads_only_exported_metrics(exposition: &str) {
+    let exported: BTreeSet<String> = exposition
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .flat_map(metric_names)
+        .collect();
+    let dashboard: serde_json::Value =
+        serde_json::from_str(include_str!("../../../../dashboards/palisade.json"))
+            .expect("the dashboard is JSON");
+    let mut found = Vec::new();
+    queries(&dashboard, &mut found);
+    assert!(found.len() > 20, "{found:?}");
+    for query in &found {
+        let names = metric_names(query);
+        assert!(!names.is_empty(), "{query} reads no Palisade metric");
+        for name in names {
+            assert!(
+                exported.contains(&name),
+                "{query}: {name} is not exported (exported: {exported:?})"
+            );
+        }
+    }
+}
+
+/// A Falcosidekick stand-in on a loopback port: answers 200 to every POST and keeps the bodies.
+struct Receiver {
+    address: SocketAddr,
+    bodies: Arc<Mutex<Vec<serde_json::Value>>>,
+}
+
+impl Receiver {
+    fn start() -> Self {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+        let received = bodies.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                // Requests on one kept-alive connection, one after the other.
+                loop {
+                    let mut length = 0;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap();
+                        }
+                    }
+                    if line.is_empty() {
+                        break; // the client closed the connection
+                    }
+                    let mut body = vec![0; length];
+                    reader.read_exact(&mut body).unwrap();
+                    received
+                        .lock()
+                        .unwrap()
+                        .push(serde_json::from_slice(&body).unwrap());
+                    let _ = writer.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+                }
+            }
+        });
+        Self { address, bodies }
+    }
+}
+
+#[test]
+fn a_flood_of_violations_is_throttled_in_the_kernel_and_every_denial_still_happens() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "throttle");
+    let secret = file("/tmp/throttle/secret");
+    let dir = "/tmp/throttle-policies";
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    write_policy(
+        &format!("{dir}/app.yaml"),
+        "flood",
+        target.path.to_str().unwrap(),
+        secret,
+    );
+    let bpffs = "/sys/fs/bpf/palisade-test-throttle";
+    const RATE: f64 = 10.0;
+    const BURST: f64 = 5.0;
+    let falcosidekick = Receiver::start();
+    let agent = Agent::start_with(
+        dir,
+        bpffs,
+        "throttle",
+        &[
+            "--audit-rate",
+            "10",
+            "--audit-burst",
+            "5",
+            "--falcosidekick-url",
+            &format!("http://{}/", falcosidekick.address),
+        ],
+    );
+    wait_until_ready(&agent);
+    let started = Instant::now();
+    let prober = Prober::start(&target, secret, "/tmp/throttle/stop");
+    std::thread::sleep(Duration::from_secs(3));
+    let report = prober.finish();
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!((report.ok, report.other), (0, 0), "{report:?}");
+    let scrape = Scrape::now();
+    let rule = [("policy", "flood"), ("rule", "customRules.files[0]")];
+    let denied = scrape.value("palisade_rule_decisions_total", &rule);
+    let throttled = scrape.value("palisade_rule_events_throttled_total", &rule);
+    assert_eq!(denied, report.eperm as f64, "every denial counted");
+    assert_eq!(
+        scrape.value("palisade_events_throttled_total", &[]),
+        throttled
+    );
+    assert_eq!(scrape.value("palisade_events_dropped_total", &[]), 0.0);
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
+    let events: Vec<serde_json::Value> = std::fs::read_to_string("/tmp/throttle-events.jsonl")
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let emitted = events.len() as f64;
+    assert!(
+        emitted >= BURST && emitted <= BURST + RATE * elapsed + 1.0,
+        "{emitted} events in {elapsed:.1} s"
+    );
+    assert_eq!(
+        emitted + throttled,
+        denied,
+        "each denial is an event or throttled"
+    );
+    // Events after a suppressed stretch say how many were held back.
+    let summarised: f64 = events
+        .iter()
+        .filter_map(|event| event["suppressed"].as_f64())
+        .sum();
+    assert!(
+        summarised > 0.0 && summarised <= throttled,
+        "{summarised} of {throttled}"
+    );
+    // Falcosidekick got the same events, in Falco's format.
+    let posted = falcosidekick.bodies.lock().unwrap().clone();
+    assert_eq!(posted.len(), events.len());
+    for body in &posted {
+        assert_eq!(body["rule"], "customRules.files[0]");
+        assert_eq!(body["priority"], "Warning");
+        assert_eq!(body["output_fields"]["fd.name"], secret);
+    }
+}
+
+#[test]
+fn ring_buffer_overflow_is_counted_not_silent() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "flood");
+    let secret = file("/tmp/flood/secret");
+    kernel.apply(&target, policy("flood", &deny_read(secret)));
+    let before = kernel.enforcer().stats().unwrap();
+    // Nobody reads the ring buffer meanwhile: denials outrun its capacity.
+    let prober = Prober::start(&target, secret, "/tmp/flood/stop");
+    let started = Instant::now();
+    while kernel.enforcer().stats().unwrap().events_dropped == before.events_dropped {
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "the ring buffer never filled"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let report = prober.finish();
+    let after = kernel.enforcer().stats().unwrap();
+    let received = kernel.events().len() as u64;
+    assert_eq!(after.events - before.events, received, "{report:?}");
+    assert_eq!(
+        received + (after.events_dropped - before.events_dropped),
+        report.eperm,
+        "every denial is an event or a counted drop"
+    );
+}
