@@ -41,3 +41,5 @@ command -v rustup >/dev/null || { echo "install.sh: rustup is needed to install 
 toolchain=$(sed -n 's/^channel = "\(.*\)"/\1/p' "$(dirname "$0")/../rust-toolchain.toml")
 rustup toolchain list | grep -q "^$toolchain" || rustup toolchain install "$toolchain" --profile minimal
 rustup component add --toolchain "$toolchain" rustfmt clippy >/dev/null 2>&1
+# Rule modules are WebAssembly components built for this target.
+rustup target add --toolchain "$toolchain" wasm32-unknown-unknown >/dev/null 2>&1

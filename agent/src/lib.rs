@@ -6,4 +6,5 @@ pub mod events;
 pub mod http;
 pub mod metrics;
 pub mod policy;
+pub mod rules;
 pub mod targets;

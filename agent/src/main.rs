@@ -38,6 +38,11 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// Build and inspect rule modules (WebAssembly components).
+    Rules {
+        #[command(subcommand)]
+        command: cmd::rules::RulesCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -86,6 +91,15 @@ fn main() -> ExitCode {
             .map_err(Into::into)
             .and_then(|rt| rt.block_on(cmd::top::run(args, &mut std::io::stdout())))
             .map(|()| ExitCode::SUCCESS),
+        Command::Rules { command } => {
+            cmd::rules::run(command, &mut std::io::stdout()).map(|runnable| {
+                if runnable {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            })
+        }
         Command::Doctor => cmd::doctor::run(&mut std::io::stdout())
             .map(|ready| {
                 if ready {
@@ -97,8 +111,9 @@ fn main() -> ExitCode {
             .map_err(Into::into),
         Command::Policy {
             command: PolicyCommand::Compile { file },
-        } => cmd::policy::load_and_compile(&file)
+        } => palisade_agent::rules::RuleHost::new(None)
             .map_err(anyhow::Error::from)
+            .and_then(|host| Ok(cmd::policy::load_and_compile(&host, &file)?))
             .and_then(|(_, compiled)| Ok(cmd::policy::print(&compiled, &mut std::io::stdout())?))
             .map(|()| ExitCode::SUCCESS),
     };

@@ -44,7 +44,35 @@ pub struct Metrics {
     /// From a policy file's change to its map entries committed.
     pub apply_seconds: Histogram,
     pub http_sink: HttpSinkMetrics,
+    pub rule_modules: RuleModuleMetrics,
     kernel: Arc<Mutex<KernelSnapshot>>,
+}
+
+type ModuleLabels = [(&'static str, String); 1];
+type ModuleKindLabels = [(&'static str, String); 2];
+
+/// What rule modules' `decide` calls cost and how they ended.
+#[derive(Debug, Clone)]
+pub struct RuleModuleMetrics {
+    pub decide_seconds: Family<ModuleLabels, Histogram, fn() -> Histogram>,
+    /// By module and kind (timeout, memory, stack_overflow, trap, malformed, missing).
+    pub failures: Family<ModuleKindLabels, Counter>,
+    /// By module and verdict (keep, drop, kill).
+    pub verdicts: Family<ModuleKindLabels, Counter>,
+}
+
+impl Default for RuleModuleMetrics {
+    fn default() -> Self {
+        // 10 µs to about 0.3 s: a batch of events.
+        fn buckets() -> Histogram {
+            Histogram::new(exponential_buckets(0.00001, 2.0, 15))
+        }
+        Self {
+            decide_seconds: Family::new_with_constructor(buckets),
+            failures: Family::default(),
+            verdicts: Family::default(),
+        }
+    }
 }
 
 /// The HTTP event sink's deliveries.
@@ -393,6 +421,23 @@ impl Metrics {
             "Audit events waiting for the HTTP sink",
             http_sink.queued.clone(),
         );
+        let rule_modules = RuleModuleMetrics::default();
+        registry.register_with_unit(
+            "rule_module_decide",
+            "Time of one rule module decide call (a batch of events)",
+            Unit::Seconds,
+            rule_modules.decide_seconds.clone(),
+        );
+        registry.register(
+            "rule_module_failures",
+            "Rule module calls stopped or refused, by kind; the policy's onFailure applied",
+            rule_modules.failures.clone(),
+        );
+        registry.register(
+            "rule_module_verdicts",
+            "Verdicts of rule modules on events (keep, drop, kill)",
+            rule_modules.verdicts.clone(),
+        );
         let kernel = Arc::new(Mutex::new(KernelSnapshot::default()));
         registry.register_collector(Box::new(KernelCollector(kernel.clone())));
         registry.register_collector(Box::new(ProcessCollector));
@@ -403,6 +448,7 @@ impl Metrics {
             policy_errors,
             apply_seconds,
             http_sink,
+            rule_modules,
             kernel,
         }
     }

@@ -134,34 +134,33 @@ pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
     let expected = results::listed(&String::from_utf8(list.stdout)?);
     ensure!(!expected.is_empty(), "no kernel test matches the filter");
     let body = format!(
-        "palisade doctor\nPALISADE_BIN=/palisade/bin/palisade PALISADE_PROBE=/palisade/bin/probe RUST_BACKTRACE=1 \
-         /palisade/bin/enforcement --test-threads=1 {}",
+        "palisade doctor\nPALISADE_BIN=/palisade/bin/palisade PALISADE_PROBE=/palisade/bin/probe \
+         PALISADE_RULES=/palisade/rules RUST_BACKTRACE=1 /palisade/bin/enforcement --test-threads=1 {}",
         filter.unwrap_or_default()
     );
     let kernels: Vec<(&String, kernels::Kernel)> = kernels
         .iter()
         .map(|series| Ok((series, kernels::fetch(series)?)))
         .collect::<anyhow::Result<_>>()?;
-    let modules: Vec<(PathBuf, String)> = kernels
-        .iter()
-        .flat_map(|(_, kernel)| {
-            kernel.modules.iter().map(|module| {
-                let name = module.file_name().expect("a file").to_string_lossy();
-                (
-                    module.clone(),
-                    format!("/palisade/modules/{}/{}", kernel.release, name),
-                )
-            })
+    let dir = work_dir("test")?;
+    let mut files = build::rule_modules(&binaries.palisade, &dir)?;
+    files.extend(kernels.iter().flat_map(|(_, kernel)| {
+        kernel.modules.iter().map(|module| {
+            let name = module.file_name().expect("a file").to_string_lossy();
+            (
+                module.clone(),
+                format!("/palisade/modules/{}/{}", kernel.release, name),
+            )
         })
-        .collect();
+    }));
     let initrd = build::initramfs(
-        &work_dir("test")?,
+        &dir,
         &[
             ("palisade", &binaries.palisade),
             ("probe", &binaries.probe),
             ("enforcement", &binaries.kernel_tests),
         ],
-        &modules,
+        &files,
         &init_script(&body),
     )?;
     let mut report = Vec::new();

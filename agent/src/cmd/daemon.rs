@@ -23,10 +23,11 @@ use tracing::{error, info, warn};
 use super::session::Session;
 use crate::{
     bpf::{AuditRate, Enforcer, PinnedState, StageError},
-    events::{FalcoSink, JsonLines, Rotation},
+    events::{Deciding, FalcoSink, JsonLines, Rotation},
     http::Endpoints,
     metrics::{KernelSnapshot, Metrics},
     policy::{CompiledPolicy, Environment, PolicyError, Target},
+    rules::RuleHost,
     targets::{Cgroup, CgroupError, Hierarchy},
 };
 
@@ -74,6 +75,9 @@ pub struct AgentArgs {
     /// Where in bpffs the programs' links and maps are pinned.
     #[arg(long, value_name = "DIR", default_value = crate::bpf::DEFAULT_ROOT)]
     pub bpffs: PathBuf,
+    /// Where compiled rule modules are kept between runs (only root may write there).
+    #[arg(long, value_name = "DIR", default_value = "/var/cache/palisade/rules")]
+    pub rules_cache: PathBuf,
     /// Where to serve /metrics, /healthz and /readyz.
     #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:9464")]
     pub metrics_address: SocketAddr,
@@ -177,6 +181,7 @@ pub struct PolicyDir {
     /// The last error of each file, so that a lasting problem is reported once.
     reported: HashMap<PathBuf, String>,
     environment: Environment,
+    rule_host: RuleHost,
     metrics: Arc<Metrics>,
     /// Changes older than this were made before the agent watched: no apply latency for them.
     started: SystemTime,
@@ -190,13 +195,19 @@ fn is_policy_file(path: &Path) -> bool {
 }
 
 impl PolicyDir {
-    pub fn new(dir: PathBuf, cgroups: Hierarchy, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        dir: PathBuf,
+        cgroups: Hierarchy,
+        rule_host: RuleHost,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             dir,
             cgroups,
             enforced: HashMap::new(),
             reported: HashMap::new(),
             environment: Environment::from_process(),
+            rule_host,
             metrics,
             started: SystemTime::now(),
         }
@@ -204,7 +215,8 @@ impl PolicyDir {
 
     fn prepare(&self, file: &Path, text: &str) -> Result<(CompiledPolicy, Placement), PolicyError> {
         let policy = crate::policy::Policy::parse(file, text)?;
-        let compiled = crate::policy::compile(file, &policy, &self.environment)?;
+        let compiled =
+            crate::rules::compile_policy(&self.rule_host, file, &policy, &self.environment)?;
         let Some(Target { cgroup_path }) = &policy.spec.target else {
             return Err(PolicyError::new(
                 file,
@@ -450,13 +462,21 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     if args.bpf_stats {
         enforcer.measure_cost()?;
     }
+    let metrics = Arc::new(Metrics::new());
+    let rule_host = RuleHost::new(Some(args.rules_cache.clone()))?;
+    let cgroups = Hierarchy::find()?;
+    let deciding = Deciding::new(
+        rule_host.clone(),
+        metrics.rule_modules.clone(),
+        cgroups.mount.clone(),
+    );
     let mut session = Session::start(
         enforcer,
+        deciding,
         args.events.as_deref(),
         args.events_rotation(),
         JsonLines::new("stdout", Box::new(std::io::stdout())),
     )?;
-    let metrics = Arc::new(Metrics::new());
     let falco_worker = match &args.falcosidekick_url {
         Some(url) => {
             let (sink, worker) =
@@ -489,7 +509,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             snapshots,
         }),
     ));
-    let mut policies = PolicyDir::new(dir.clone(), Hierarchy::find()?, metrics);
+    let mut policies = PolicyDir::new(dir.clone(), cgroups, rule_host, metrics);
     let mut retired = false;
     reconcile(&mut policies, &mut session.enforcer, &mut retired);
     ready.store(true, Ordering::Relaxed);
@@ -617,7 +637,8 @@ mod tests {
             std::fs::create_dir_all(base.join("cgroup/app")).unwrap();
             std::fs::create_dir_all(base.join("cgroup/other")).unwrap();
             let cgroups = Hierarchy::at(base.join("cgroup"), Path::new("/"));
-            let policies = PolicyDir::new(base.join("policies"), cgroups, Arc::default());
+            let host = RuleHost::new(None).unwrap();
+            let policies = PolicyDir::new(base.join("policies"), cgroups, host, Arc::default());
             Self {
                 base,
                 policies,
@@ -688,7 +709,7 @@ mod tests {
         assert_eq!(
             setup.reconcile(),
             [
-                "/policies/app.yaml: spec: unknown field `rulez`, expected one of `target`, `mode`, `enhanceProtect` at line 4 column 27; the previous version stays enforced"
+                "/policies/app.yaml: spec: unknown field `rulez`, expected one of `target`, `mode`, `enhanceProtect`, `ruleModules` at line 4 column 27; the previous version stays enforced"
             ]
         );
         assert_eq!(setup.enforced("app"), Some("v1"));

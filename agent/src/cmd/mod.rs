@@ -3,6 +3,7 @@
 pub mod daemon;
 pub mod doctor;
 pub mod policy;
+pub mod rules;
 pub mod run;
 mod session;
 pub mod top;

@@ -4,11 +4,18 @@ use std::{io::Write, net::Ipv6Addr, path::Path};
 
 use palisade_common::{ACTION_AUDIT, ACTION_DENY, PERM_COUNT, PathVerdict, Verdict};
 
-use crate::policy::{CAPABILITIES, CompiledPolicy, Environment, Policy, PolicyError, compile};
+use crate::{
+    policy::{CAPABILITIES, CompiledPolicy, Environment, Policy, PolicyError},
+    rules::{RuleHost, compile_policy},
+};
 
-pub fn load_and_compile(file: &Path) -> Result<(Policy, CompiledPolicy), PolicyError> {
+/// Reads and compiles the policy `file`, running its rule modules in `host`.
+pub fn load_and_compile(
+    host: &RuleHost,
+    file: &Path,
+) -> Result<(Policy, CompiledPolicy), PolicyError> {
     let policy = Policy::load(file)?;
-    let compiled = compile(file, &policy, &Environment::from_process())?;
+    let compiled = compile_policy(host, file, &policy, &Environment::from_process())?;
     Ok((policy, compiled))
 }
 

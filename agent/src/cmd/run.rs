@@ -8,7 +8,9 @@ use tracing::{info, warn};
 
 use super::session::Session;
 use crate::{
-    events::JsonLines,
+    events::{Deciding, JsonLines},
+    metrics::RuleModuleMetrics,
+    rules::RuleHost,
     targets::{Cgroup, Hierarchy, join_in_child},
 };
 
@@ -26,15 +28,19 @@ fn exit_code(status: ExitStatus) -> i32 {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
-    let (policy, compiled) = super::policy::load_and_compile(&args.policy)?;
+    let host = RuleHost::new(None)?;
+    let (policy, compiled) = super::policy::load_and_compile(&host, &args.policy)?;
     if policy.spec.target.is_some() {
         info!("spec.target is ignored: `palisade run` protects the cgroup it creates");
     }
     let mut signals = Signals::install()?;
     // Enforcement ends with the command: nothing is pinned.
     let enforcer = crate::bpf::Enforcer::load().context("cannot enforce")?;
+    let cgroups = Hierarchy::find()?;
+    let deciding = Deciding::new(host, RuleModuleMetrics::default(), cgroups.mount.clone());
     let mut session = Session::start(
         enforcer,
+        deciding,
         args.events.as_deref(),
         None,
         JsonLines::new("stderr", Box::new(std::io::stderr())),
@@ -42,7 +48,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     let mut own_files = vec![args.policy.as_path()];
     own_files.extend(args.events.as_deref());
     session.protect_own_files(&own_files)?;
-    let cgroups = Hierarchy::find()?;
     let cgroup = cgroups.create(
         &cgroups.mount,
         &format!("palisade-run-{}", std::process::id()),

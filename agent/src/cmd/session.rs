@@ -8,7 +8,7 @@ use tracing::warn;
 
 use crate::{
     bpf::{Enforcer, Stats},
-    events::{Decoder, EventReader, JsonLines, RotatingFile, Rotation, Sink},
+    events::{Deciding, Decoder, EventReader, JsonLines, RotatingFile, Rotation, Sink},
 };
 
 pub struct Session {
@@ -39,10 +39,12 @@ impl Session {
         Ok(())
     }
 
-    /// Reads `enforcer`'s events as JSON lines into `events` (appended to, and rotated by size
-    /// if `rotation` says so) or into `default_sink`.
+    /// Reads `enforcer`'s events, has `deciding` apply their rule modules' verdicts, and writes
+    /// them as JSON lines into `events` (appended to, and rotated by size if `rotation` says so)
+    /// or into `default_sink`.
     pub fn start(
         mut enforcer: Enforcer,
+        deciding: Deciding,
         events: Option<&Path>,
         rotation: Option<Rotation>,
         default_sink: JsonLines,
@@ -69,7 +71,7 @@ impl Session {
         let ring = enforcer
             .take_events()
             .context("the event ring buffer is missing")?;
-        let events = EventReader::new(ring, Decoder::new(enforcer.registry()))?;
+        let events = EventReader::new(ring, Decoder::new(enforcer.registry()), deciding)?;
         Ok(Self {
             enforcer,
             events,

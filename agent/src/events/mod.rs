@@ -1,15 +1,18 @@
 //! Audit events from the kernel: decoding, naming (policy, rule, target), and the sinks they go
 //! to (JSON lines, Falcosidekick).
 
+mod decide;
 mod falco;
 mod reader;
 mod sink;
 
+pub use decide::{Deciding, Decoded};
 pub use falco::{FalcoSink, FalcoWorker};
 pub use reader::EventReader;
 pub use sink::{JsonLines, RotatingFile, Rotation, Sink};
 
 use std::{
+    collections::BTreeMap,
     net::Ipv6Addr,
     time::{Duration, SystemTime},
 };
@@ -51,6 +54,16 @@ pub struct AuditEvent {
     /// Events of this rule and target the audit rate suppressed since the previous one.
     #[serde(skip_serializing_if = "is_zero")]
     pub suppressed: u32,
+    /// From the policy's rule modules: the highest severity they gave.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub severity: Option<&'static str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// A rule module had the process killed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub killed: bool,
     /// Signal and ptrace hooks: the process acted on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub object_pid: Option<u32>,
@@ -142,7 +155,7 @@ impl Decoder {
     }
 
     /// Decodes one ring buffer record; `None` if it is not an event of this version.
-    pub fn decode(&self, bytes: &[u8]) -> Option<AuditEvent> {
+    pub fn decode(&self, bytes: &[u8]) -> Option<Decoded> {
         if bytes.len() < size_of::<Event>() {
             return None;
         }
@@ -164,7 +177,7 @@ impl Decoder {
         .filter(|(bit, _)| event.perms & bit != 0)
         .map(|(_, name)| name)
         .collect();
-        Some(AuditEvent {
+        let event = AuditEvent {
             time: humantime::format_rfc3339_nanos(
                 self.boot_time + Duration::from_nanos(event.time_ns),
             )
@@ -194,6 +207,10 @@ impl Decoder {
             permissions,
             errno: -event.error,
             suppressed: event.suppressed,
+            severity: None,
+            tags: Vec::new(),
+            annotations: BTreeMap::new(),
+            killed: false,
             object_pid: (event.object_pid != 0).then_some(event.object_pid),
             signal: (hook == HOOK_TASK_KILL).then_some(event.arg),
             capability: (hook == HOOK_CAPABLE).then(|| {
@@ -228,6 +245,10 @@ impl Decoder {
                     | HOOK_SOCKET_CREATE
             )
             .then_some(event.arg),
+        };
+        Some(Decoded {
+            event,
+            policy: installed,
         })
     }
 }

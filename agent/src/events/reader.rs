@@ -1,9 +1,10 @@
-//! Reads the ring buffer as records arrive and hands the events to the sinks.
+//! Reads the ring buffer as records arrive, has rule modules decide the events, and hands the
+//! events kept to the sinks.
 
 use aya::maps::{MapData, RingBuf};
 use tokio::io::{Interest, unix::AsyncFd};
 
-use super::{Decoder, Sink};
+use super::{Deciding, Decoder, Sink};
 
 /// Records handled per `drain`, so that a flood of events cannot starve the caller's other work.
 const BATCH: usize = 1024;
@@ -11,12 +12,17 @@ const BATCH: usize = 1024;
 pub struct EventReader {
     ring: AsyncFd<RingBuf<MapData>>,
     decoder: Decoder,
+    deciding: Deciding,
     /// Records that were not events of this version (the kernel counts its own drops).
     pub undecodable: u64,
 }
 
 impl EventReader {
-    pub fn new(ring: RingBuf<MapData>, decoder: Decoder) -> std::io::Result<Self> {
+    pub fn new(
+        ring: RingBuf<MapData>,
+        decoder: Decoder,
+        deciding: Deciding,
+    ) -> std::io::Result<Self> {
         // SAFETY: the ring buffer owns its map fd, which stays open and unchanged while the
         // AsyncFd owns the ring buffer.
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
@@ -24,6 +30,7 @@ impl EventReader {
         Ok(Self {
             ring,
             decoder,
+            deciding,
             undecodable: 0,
         })
     }
@@ -37,18 +44,23 @@ impl EventReader {
     /// Hands up to a batch of pending events to every sink. Returns whether records may remain.
     pub fn drain(&mut self, sinks: &mut [Box<dyn Sink>]) -> bool {
         let ring = self.ring.get_mut();
-        for _ in 0..BATCH {
+        let mut batch = Vec::new();
+        let mut more = true;
+        while batch.len() < BATCH {
             let Some(record) = ring.next() else {
-                return false;
+                more = false;
+                break;
             };
-            let Some(event) = self.decoder.decode(&record) else {
-                self.undecodable += 1;
-                continue;
-            };
+            match self.decoder.decode(&record) {
+                Some(decoded) => batch.push(decoded),
+                None => self.undecodable += 1,
+            }
+        }
+        for event in self.deciding.apply(batch) {
             for sink in sinks.iter_mut() {
                 sink.send(&event);
             }
         }
-        true
+        more
     }
 }

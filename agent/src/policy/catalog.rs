@@ -30,14 +30,20 @@ impl Category {
 pub struct Environment {
     /// Addresses (IP or CIDR) of the Kubernetes API server, for block-access-to-kube-apiserver.
     pub kube_apiserver: Vec<String>,
+    /// This machine's host name.
+    pub node: String,
 }
 
 impl Environment {
-    /// From the variables Kubernetes sets in every pod (the agent's own, in a DaemonSet).
+    /// From the variables Kubernetes sets in every pod (the agent's own, in a DaemonSet), and
+    /// the kernel's host name.
     pub fn from_process() -> Self {
         Self {
             kube_apiserver: std::env::var("KUBERNETES_SERVICE_HOST")
                 .map(|host| vec![host])
+                .unwrap_or_default(),
+            node: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|name| name.trim().to_owned())
                 .unwrap_or_default(),
         }
     }
@@ -439,6 +445,7 @@ mod tests {
     fn every_listed_rule_has_effects() {
         let env = Environment {
             kube_apiserver: vec!["10.96.0.1".into()],
+            ..Environment::default()
         };
         for (name, _) in known_names() {
             let effects = effects(&name, &env).unwrap_or_else(|| panic!("{name} is unknown"));

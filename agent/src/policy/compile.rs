@@ -19,7 +19,8 @@ use palisade_common::{
 };
 
 use super::{
-    Action, EnhanceProtect, Mode, Pattern, Permission, Policy, PolicyError, PortRange, Protocol,
+    Action, CustomRules, Mode, OnFailure, Pattern, Permission, Policy, PolicyError, PortRange,
+    Protocol,
     catalog::{self, Category, Environment},
     effect::{AddressBlock, EXEC_RULE_PERMS, Effect, Switch, parse_port_range},
 };
@@ -42,6 +43,19 @@ pub struct CompiledPolicy {
     /// (family, protocol or ANY_PROTOCOL) -> verdict.
     pub sockets: Vec<((u32, u32), Verdict)>,
     pub network: Vec<NetworkEntry>,
+    /// The rule modules that decide the policy's events, in order.
+    pub deciders: Vec<Decider>,
+}
+
+/// A rule module deciding a policy's events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decider {
+    pub name: String,
+    /// The module's SHA-256 digest, in lowercase hex.
+    pub digest: String,
+    /// The policy's configuration of the module, as JSON.
+    pub config: String,
+    pub on_failure: OnFailure,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -377,7 +391,12 @@ impl Compiler<'_> {
         Ok(())
     }
 
-    fn finish(mut self, name: &str, rules: Vec<RuleInfo>) -> CompiledPolicy {
+    fn finish(
+        mut self,
+        name: &str,
+        rules: Vec<RuleInfo>,
+        deciders: Vec<Decider>,
+    ) -> CompiledPolicy {
         let lookups = [
             (!self.mount_types.is_empty(), LOOKUP_MOUNT_TYPES),
             (!self.sockets.is_empty(), LOOKUP_SOCKETS),
@@ -397,14 +416,39 @@ impl Compiler<'_> {
             mount_types: self.mount_types.into_iter().collect(),
             sockets: self.sockets.into_iter().collect(),
             network: covering_network(self.network),
+            deciders,
         }
     }
 }
 
 const ENHANCE_PROTECT: &str = "spec.enhanceProtect";
 
-/// The rules a policy's mode and lists stand for, in rule id order.
-fn rules_of(file: &Path, policy: &Policy, env: &Environment) -> Result<Vec<Rule>, PolicyError> {
+/// The rules a policy stands for, in rule id order: its mode's and lists', then the kernel rules
+/// of its rule modules (`modules[i]` compiled by `spec.ruleModules[i]`).
+fn rules_of(
+    file: &Path,
+    policy: &Policy,
+    env: &Environment,
+    modules: &[CustomRules],
+) -> Result<Vec<Rule>, PolicyError> {
+    let mut rules = listed_rules(file, policy, env)?;
+    if policy.spec.mode != Mode::AlwaysAllow {
+        for (index, (module, custom)) in policy.spec.rule_modules.iter().zip(modules).enumerate() {
+            let base = format!("spec.ruleModules[{index}] ({})", module.name);
+            custom_rules(
+                file,
+                custom,
+                &base,
+                &format!("{}/", module.name),
+                &mut rules,
+            )?;
+        }
+    }
+    Ok(rules)
+}
+
+/// The rules a policy's mode and lists stand for.
+fn listed_rules(file: &Path, policy: &Policy, env: &Environment) -> Result<Vec<Rule>, PolicyError> {
     let runtime_default = || Rule {
         field: "spec.mode".to_owned(),
         name: "runtime-default".to_owned(),
@@ -464,23 +508,26 @@ fn rules_of(file: &Path, policy: &Policy, env: &Environment) -> Result<Vec<Rule>
             });
         }
     }
-    custom_rules(file, &enhance, &mut rules)?;
+    let base = format!("{ENHANCE_PROTECT}.customRules");
+    custom_rules(file, &enhance.custom_rules, &base, "", &mut rules)?;
     Ok(rules)
 }
 
+/// Adds the rules of `custom`, found at the field `base`, their names prefixed with `prefix`.
 fn custom_rules(
     file: &Path,
-    enhance: &EnhanceProtect,
+    custom: &CustomRules,
+    base: &str,
+    prefix: &str,
     rules: &mut Vec<Rule>,
 ) -> Result<(), PolicyError> {
-    let custom = &enhance.custom_rules;
-    let base = format!("{ENHANCE_PROTECT}.customRules");
     let mut push = |kind: &str, index: usize, name: &Option<String>, action, effects| {
         let field = format!("{base}.{kind}[{index}]");
+        let name = name
+            .clone()
+            .unwrap_or_else(|| format!("customRules.{kind}[{index}]"));
         rules.push(Rule {
-            name: name
-                .clone()
-                .unwrap_or_else(|| format!("customRules.{kind}[{index}]")),
+            name: format!("{prefix}{name}"),
             field,
             action,
             effects,
@@ -552,9 +599,14 @@ fn custom_rules(
         push("mount", index, &rule.name, rule.action, vec![effect]);
     }
     for (index, rule) in custom.capabilities.iter().enumerate() {
-        let mut mask = 0u64;
+        // Every capability named, less those named with a leading "-".
+        let (mut included, mut excluded) = (0u64, 0u64);
         for (cap_index, name) in rule.capabilities.iter().enumerate() {
-            mask |= match name.as_str() {
+            let (set, name) = match name.strip_prefix('-') {
+                Some(name) => (&mut excluded, name),
+                None => (&mut included, name.as_str()),
+            };
+            *set |= match name {
                 "all" => catalog::ALL_CAPS,
                 name => {
                     1 << catalog::capability(name).ok_or_else(|| {
@@ -567,6 +619,7 @@ fn custom_rules(
                 }
             };
         }
+        let mask = included & !excluded;
         if mask == 0 {
             return Err(PolicyError::new(
                 file,
@@ -590,8 +643,9 @@ pub fn compile(
     file: &Path,
     policy: &Policy,
     env: &Environment,
+    modules: &[CustomRules],
 ) -> Result<CompiledPolicy, PolicyError> {
-    let rules = rules_of(file, policy, env)?;
+    let rules = rules_of(file, policy, env, modules)?;
     let violations = policy
         .spec
         .enhance_protect
@@ -627,7 +681,18 @@ pub fn compile(
         });
         compiler.add(rule, infos.len() as u32)?;
     }
-    Ok(compiler.finish(&policy.metadata.name, infos))
+    let deciders = policy
+        .spec
+        .rule_modules
+        .iter()
+        .map(|module| Decider {
+            name: module.name.clone(),
+            digest: module.sha256.to_ascii_lowercase(),
+            config: module.config.to_string(),
+            on_failure: module.on_failure,
+        })
+        .collect();
+    Ok(compiler.finish(&policy.metadata.name, infos, deciders))
 }
 
 #[cfg(test)]
@@ -637,7 +702,12 @@ mod tests {
 
     fn parse(text: &str) -> Result<CompiledPolicy, PolicyError> {
         let file = Path::new("p.yaml");
-        compile(file, &Policy::parse(file, text)?, &Environment::default())
+        compile(
+            file,
+            &Policy::parse(file, text)?,
+            &Environment::default(),
+            &[],
+        )
     }
 
     /// A privileged EnhanceProtect policy (no RuntimeDefault rule) whose custom rules are
@@ -1114,8 +1184,15 @@ mod tests {
         let file = Path::new("p.yaml");
         let env = Environment {
             kube_apiserver: vec!["10.96.0.1".into()],
+            ..Environment::default()
         };
-        let policy = compile(file, &Policy::parse(file, &with_spec(&spec)).unwrap(), &env).unwrap();
+        let policy = compile(
+            file,
+            &Policy::parse(file, &with_spec(&spec)).unwrap(),
+            &env,
+            &[],
+        )
+        .unwrap();
         assert_eq!(policy.rules.len(), catalog::known_names().len() + 1);
         assert!(policy.globs.len() <= MAX_GLOBS as usize);
     }

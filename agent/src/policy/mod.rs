@@ -9,11 +9,12 @@ mod pattern;
 use std::path::Path;
 
 pub use catalog::{CAPABILITIES, Environment};
-pub use compile::{CompiledPolicy, NetworkEntry, RuleInfo, TrieEntry, compile};
+pub use compile::{CompiledPolicy, Decider, NetworkEntry, RuleInfo, TrieEntry, compile};
 pub use effect::AddressBlock;
 pub use model::{
     Action, CapabilityRule, CustomRules, EnhanceProtect, ExecRule, FileRule, Mode, MountRule,
-    NetworkRule, Permission, Policy, PortRange, Protocol, RuleRef, Spec, Target,
+    NetworkRule, OnFailure, Permission, Policy, PortRange, Protocol, RuleModule, RuleRef, Spec,
+    Target,
 };
 pub use pattern::Pattern;
 

@@ -34,6 +34,36 @@ pub struct Spec {
     /// Only with `mode: EnhanceProtect`.
     #[serde(default)]
     pub enhance_protect: Option<EnhanceProtect>,
+    #[serde(default)]
+    pub rule_modules: Vec<RuleModule>,
+}
+
+/// A rule module the policy uses: it compiles `config` into kernel rules (enforced like custom
+/// rules, in every mode but AlwaysAllow) and decides what happens to the policy's audit events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuleModule {
+    /// Names the module's rules ("NAME/RULE") and its failures.
+    pub name: String,
+    /// The module file (a WebAssembly component), relative to the policy file's directory.
+    pub module: String,
+    /// The SHA-256 digest of the module file, in hex: any other content is refused.
+    pub sha256: String,
+    #[serde(default)]
+    pub config: serde_json::Value,
+    /// What happens to an event when the module fails to decide it.
+    #[serde(default)]
+    pub on_failure: OnFailure,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OnFailure {
+    /// The event goes on unchanged.
+    #[default]
+    Keep,
+    /// The event is dropped (and counted).
+    Drop,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -63,8 +63,9 @@ pub fn policy_with_spec(name: &str, spec: &str) -> Arc<CompiledPolicy> {
     let parsed = Policy::parse(file, &text).unwrap_or_else(|err| panic!("{err}"));
     let env = Environment {
         kube_apiserver: vec![KUBE_APISERVER.to_owned()],
+        node: "palisade-vm".to_owned(),
     };
-    Arc::new(compile(file, &parsed, &env).unwrap_or_else(|err| panic!("{err}")))
+    Arc::new(compile(file, &parsed, &env, &[]).unwrap_or_else(|err| panic!("{err}")))
 }
 
 /// Compiles a policy with only `customRules` (YAML, indented by four spaces), whose denials
@@ -248,7 +249,7 @@ impl Kernel {
         while decoded.len() < RING_CAPACITY
             && let Some(record) = events.next()
         {
-            decoded.push(decoder.decode(&record).expect("a decodable event"));
+            decoded.push(decoder.decode(&record).expect("a decodable event").event);
         }
         decoded
     }

@@ -16,6 +16,8 @@ mod modes;
 mod observability;
 #[path = "enforcement/persistence.rs"]
 mod persistence;
+#[path = "enforcement/rule_modules.rs"]
+mod rule_modules;
 
 use palisade_kernel_tests::{
     Answer, EPERM, Kernel, assert_allowed, assert_denied_once, binary, deny_read, file, policy,

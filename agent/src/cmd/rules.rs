@@ -1,0 +1,55 @@
+//! `palisade rules build DIR` and `palisade rules inspect FILE`: make and check rule modules.
+
+use std::{io::Write, path::PathBuf};
+
+use crate::rules::{ABI_VERSION, RuleHost};
+
+#[derive(Debug, clap::Subcommand)]
+pub enum RulesCommand {
+    /// Build the rule crate in DIR (Rust, palisade-rule-sdk) into a component; prints its
+    /// SHA-256 digest, which policies name it by.
+    Build {
+        dir: PathBuf,
+        /// Where to write the component (default: DIR's name with .wasm, here).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Show a module's digest, size, imports and exports, and whether this agent runs it.
+    Inspect { file: PathBuf },
+}
+
+/// Runs the command; Ok(false) when an inspected module cannot run here.
+pub fn run(command: RulesCommand, out: &mut impl Write) -> anyhow::Result<bool> {
+    match command {
+        RulesCommand::Build { dir, out: file } => {
+            let file = file.unwrap_or_else(|| {
+                let name = dir
+                    .canonicalize()
+                    .ok()
+                    .and_then(|dir| dir.file_name().map(|name| name.to_owned()))
+                    .unwrap_or_else(|| "rule".into());
+                PathBuf::from(name).with_extension("wasm")
+            });
+            let digest = crate::rules::build(&dir, &file)?;
+            writeln!(out, "{digest}  {}", file.display())?;
+            Ok(true)
+        }
+        RulesCommand::Inspect { file } => {
+            let inspection = RuleHost::new(None)?.inspect(&file)?;
+            writeln!(out, "module   {}", file.display())?;
+            writeln!(out, "sha256   {}", inspection.digest)?;
+            writeln!(out, "size     {} bytes", inspection.size)?;
+            for import in &inspection.imports {
+                writeln!(out, "import   {import}")?;
+            }
+            for export in &inspection.exports {
+                writeln!(out, "export   {export}")?;
+            }
+            match &inspection.runnable {
+                Ok(()) => writeln!(out, "abi      palisade:rule@{ABI_VERSION}: ok")?,
+                Err(reason) => writeln!(out, "abi      refused: {reason}")?,
+            }
+            Ok(inspection.runnable.is_ok())
+        }
+    }
+}

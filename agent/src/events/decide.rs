@@ -1,0 +1,235 @@
+//! Rule modules' verdicts on audit events, applied before the sinks see them: each batch read
+//! from the ring buffer goes to every module of the events' policies in one call per module,
+//! and the verdicts keep or drop events, add severity, tags and annotations, or kill the
+//! process. A module that fails is contained: its policy's `onFailure` applies to the batch, the
+//! failure is counted and logged, and the next batch calls it again.
+
+use std::{
+    collections::HashMap,
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use tracing::warn;
+
+use super::AuditEvent;
+use crate::{
+    bpf::InstalledPolicy,
+    metrics::RuleModuleMetrics,
+    policy::{Decider, OnFailure},
+    rules::{Event, RuleHost, Severity, Verdict},
+};
+
+/// A failure of the same module and kind is logged at most this often.
+const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(60);
+
+pub struct Deciding {
+    host: RuleHost,
+    metrics: RuleModuleMetrics,
+    /// Where cgroup v2 is mounted: a process is killed only if it is still in the cgroup that
+    /// caused the event.
+    cgroup_mount: PathBuf,
+    /// When each (module, failure) was last logged.
+    logged: HashMap<(String, &'static str), Instant>,
+}
+
+/// A decoded event and the policy it names.
+pub struct Decoded {
+    pub event: AuditEvent,
+    pub policy: Option<Arc<InstalledPolicy>>,
+}
+
+fn severity_name(severity: Severity) -> &'static str {
+    match severity {
+        Severity::Info => "info",
+        Severity::Low => "low",
+        Severity::Medium => "medium",
+        Severity::High => "high",
+        Severity::Critical => "critical",
+    }
+}
+
+/// The event as modules see it.
+fn module_event(event: &AuditEvent) -> Event {
+    Event {
+        hook: event.hook.to_owned(),
+        action: event.action.to_owned(),
+        policy: event.policy.clone().unwrap_or_default(),
+        rule: event.rule.clone().unwrap_or_default(),
+        pid: event.pid,
+        uid: event.uid,
+        comm: event.comm.clone(),
+        path: event.path.clone(),
+        json: serde_json::to_string(event).expect("events serialize"),
+    }
+}
+
+impl Deciding {
+    pub fn new(host: RuleHost, metrics: RuleModuleMetrics, cgroup_mount: PathBuf) -> Self {
+        Self {
+            host,
+            metrics,
+            cgroup_mount,
+            logged: HashMap::new(),
+        }
+    }
+
+    /// Applies the verdicts of the events' rule modules; returns the events to keep, in order.
+    pub fn apply(&mut self, batch: Vec<Decoded>) -> Vec<AuditEvent> {
+        // Events by the module (and configuration) that decides them, in order of appearance.
+        let mut groups: Vec<(Decider, Vec<usize>)> = Vec::new();
+        for (index, decoded) in batch.iter().enumerate() {
+            let Some(policy) = &decoded.policy else {
+                continue;
+            };
+            for decider in &policy.policy.deciders {
+                match groups.iter_mut().find(|(known, _)| known == decider) {
+                    Some((_, indices)) => indices.push(index),
+                    None => groups.push((decider.clone(), vec![index])),
+                }
+            }
+        }
+        let mut events: Vec<AuditEvent> = batch.into_iter().map(|decoded| decoded.event).collect();
+        let mut keep = vec![true; events.len()];
+        for (decider, indices) in groups {
+            let inputs: Vec<Event> = indices.iter().map(|&i| module_event(&events[i])).collect();
+            match self.decide(&decider, &inputs) {
+                Some(verdicts) => {
+                    for (&index, verdict) in indices.iter().zip(verdicts) {
+                        keep[index] &= verdict.keep;
+                        self.count_verdict(&decider, &verdict);
+                        self.apply_verdict(&mut events[index], verdict);
+                    }
+                }
+                None if decider.on_failure == OnFailure::Drop => {
+                    for &index in &indices {
+                        keep[index] = false;
+                    }
+                }
+                None => {}
+            }
+        }
+        events
+            .into_iter()
+            .zip(keep)
+            .filter_map(|(event, keep)| keep.then_some(event))
+            .collect()
+    }
+
+    /// The module's verdicts, or None when it failed (counted and logged).
+    fn decide(&mut self, decider: &Decider, events: &[Event]) -> Option<Vec<Verdict>> {
+        let started = Instant::now();
+        let result = match self.host.loaded(&decider.digest) {
+            Some(module) => module.decide(&decider.config, events).map_err(|err| {
+                let kind = err.kind().map_or("error", |kind| kind.name());
+                (kind, err.to_string())
+            }),
+            None => Err(("missing", "the module is not loaded".to_owned())),
+        };
+        self.metrics
+            .decide_seconds
+            .get_or_create(&[("module", decider.name.clone())])
+            .observe(started.elapsed().as_secs_f64());
+        match result {
+            Ok(verdicts) => Some(verdicts),
+            Err((kind, message)) => {
+                self.metrics
+                    .failures
+                    .get_or_create(&[("module", decider.name.clone()), ("kind", kind.to_owned())])
+                    .inc();
+                let key = (decider.name.clone(), kind);
+                let due = self
+                    .logged
+                    .get(&key)
+                    .is_none_or(|last| last.elapsed() >= FAILURE_LOG_INTERVAL);
+                if due {
+                    warn!(
+                        module = %decider.name,
+                        events = events.len(),
+                        on_failure = ?decider.on_failure,
+                        "rule module failed to decide: {message}"
+                    );
+                    self.logged.insert(key, Instant::now());
+                }
+                None
+            }
+        }
+    }
+
+    fn count_verdict(&self, decider: &Decider, verdict: &Verdict) {
+        let name = if verdict.kill {
+            "kill"
+        } else if verdict.keep {
+            "keep"
+        } else {
+            "drop"
+        };
+        self.metrics
+            .verdicts
+            .get_or_create(&[
+                ("module", decider.name.clone()),
+                ("verdict", name.to_owned()),
+            ])
+            .inc();
+    }
+
+    fn apply_verdict(&self, event: &mut AuditEvent, verdict: Verdict) {
+        if let Some(severity) = verdict.severity {
+            // The highest severity any module gave.
+            let rank = |name: &str| {
+                ["info", "low", "medium", "high", "critical"]
+                    .iter()
+                    .position(|known| *known == name)
+            };
+            let name = severity_name(severity);
+            if event
+                .severity
+                .is_none_or(|current| rank(current) < rank(name))
+            {
+                event.severity = Some(name);
+            }
+        }
+        event.tags.extend(verdict.tags);
+        event.annotations.extend(verdict.annotations);
+        if verdict.kill && !event.killed {
+            event.killed = self.kill(event);
+        }
+    }
+
+    /// Kills the event's process if it is still the one that caused it (same pid, same
+    /// cgroup). Returns whether it was killed.
+    fn kill(&self, event: &AuditEvent) -> bool {
+        let same_process = std::fs::read_to_string(format!("/proc/{}/cgroup", event.pid))
+            .ok()
+            .and_then(|text| {
+                let path = text
+                    .lines()
+                    .find_map(|line| line.strip_prefix("0::"))?
+                    .to_owned();
+                let dir = self
+                    .cgroup_mount
+                    .join(Path::new(&path).strip_prefix("/").ok()?);
+                std::fs::metadata(dir).ok()
+            })
+            .is_some_and(|cgroup| cgroup.ino() == event.cgroup_id);
+        if !same_process {
+            warn!(
+                pid = event.pid,
+                "a rule module asked to kill a process that is gone"
+            );
+            return false;
+        }
+        // SAFETY: kill has no memory preconditions.
+        let killed = unsafe { libc::kill(event.pid as i32, libc::SIGKILL) } == 0;
+        if !killed {
+            warn!(
+                pid = event.pid,
+                "killing the process a rule module named: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        killed
+    }
+}

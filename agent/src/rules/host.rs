@@ -1,0 +1,352 @@
+//! The wasmtime side: one engine for every module, each module compiled once (and cached on disk
+//! by content digest and engine), a fresh store with its own limits for every call.
+
+use std::{
+    collections::HashMap,
+    hash::{Hash, Hasher},
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use sha2::{Digest, Sha256};
+use wasmtime::{
+    Config, Engine, Store, StoreLimits, StoreLimitsBuilder, Trap,
+    component::{Component, Linker},
+};
+
+wasmtime::component::bindgen!({
+    world: "rule",
+    path: "../rule-sdk/wit",
+    additional_derives: [serde::Serialize, serde::Deserialize, PartialEq],
+});
+
+/// The types of the ABI, as the host sees them.
+pub mod types {
+    pub use super::palisade::rule::types::*;
+}
+
+/// The ABI modules must be built for (the version of the WIT package `palisade:rule`).
+pub const ABI_VERSION: &str = "0.1.0";
+
+/// Memory one instance may grow to.
+const MEMORY_LIMIT: usize = 64 << 20;
+/// The unit of time budgets: how often the engine's epoch advances.
+const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// Time one `compile` call may take.
+const COMPILE_BUDGET: Duration = Duration::from_secs(2);
+/// Time one `decide` call (a batch of events) may take.
+const DECIDE_BUDGET: Duration = Duration::from_millis(200);
+
+/// How a call into a module failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// Ran past its time budget.
+    Timeout,
+    /// Tried to grow its memory past the limit.
+    Memory,
+    StackOverflow,
+    /// Any other trap: `unreachable`, a panic, an out-of-bounds access.
+    Trap,
+    /// Returned something the agent cannot use.
+    Malformed,
+}
+
+impl FailureKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::Timeout => "timeout",
+            FailureKind::Memory => "memory",
+            FailureKind::StackOverflow => "stack_overflow",
+            FailureKind::Trap => "trap",
+            FailureKind::Malformed => "malformed",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModuleError {
+    #[error("starting the WebAssembly runtime: {0}")]
+    Runtime(String),
+    #[error("reading {path}: {error}")]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{path}: its SHA-256 digest is {actual} but the policy expects {expected}: refused")]
+    Digest {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+    #[error(
+        "{path}: not a rule module for palisade:rule@{ABI_VERSION} (a component exporting \
+         `compile` and `decide` and importing nothing): {reason}"
+    )]
+    Abi { path: PathBuf, reason: String },
+    #[error("stopped ({}): {message}", kind.name())]
+    Failed { kind: FailureKind, message: String },
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl ModuleError {
+    fn failed(err: wasmtime::Error) -> Self {
+        let kind = match err.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => FailureKind::Timeout,
+            Some(Trap::StackOverflow) => FailureKind::StackOverflow,
+            _ if format!("{err:#}").contains("growing memory") => FailureKind::Memory,
+            _ => FailureKind::Trap,
+        };
+        ModuleError::Failed {
+            kind,
+            message: format!("{err:#}"),
+        }
+    }
+
+    /// How the call failed, for a module that ran.
+    pub fn kind(&self) -> Option<FailureKind> {
+        match self {
+            ModuleError::Failed { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+}
+
+struct State {
+    limits: StoreLimits,
+}
+
+/// Loads rule modules and runs them.
+#[derive(Clone)]
+pub struct RuleHost {
+    engine: Engine,
+    linker: Arc<Linker<State>>,
+    /// Where compiled modules are kept between runs (a directory only root may write).
+    cache_dir: Option<PathBuf>,
+    loaded: Arc<Mutex<HashMap<String, Arc<LoadedModule>>>>,
+}
+
+/// A module ready to be called.
+pub struct LoadedModule {
+    /// SHA-256 of the module's bytes, in hex.
+    pub digest: String,
+    engine: Engine,
+    pre: RulePre<State>,
+}
+
+pub(super) fn hex_digest(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+impl RuleHost {
+    /// `cache_dir`: where to keep compiled modules (created if missing), or nowhere.
+    pub fn new(cache_dir: Option<PathBuf>) -> Result<Self, ModuleError> {
+        let mut config = Config::new();
+        config.wasm_component_model(true);
+        config.epoch_interruption(true);
+        config.max_wasm_stack(512 << 10);
+        let engine =
+            Engine::new(&config).map_err(|err| ModuleError::Runtime(format!("{err:#}")))?;
+        let weak = engine.weak();
+        std::thread::Builder::new()
+            .name("wasm-epoch".to_owned())
+            .spawn(move || {
+                while let Some(engine) = weak.upgrade() {
+                    engine.increment_epoch();
+                    drop(engine);
+                    std::thread::sleep(EPOCH_TICK);
+                }
+            })
+            .map_err(|err| ModuleError::Runtime(err.to_string()))?;
+        Ok(Self {
+            linker: Arc::new(Linker::new(&engine)),
+            engine,
+            cache_dir,
+            loaded: Arc::default(),
+        })
+    }
+
+    /// Loads the module at `path`, whose SHA-256 digest must be `expected_digest` (hex).
+    pub fn load(
+        &self,
+        path: &Path,
+        expected_digest: &str,
+    ) -> Result<Arc<LoadedModule>, ModuleError> {
+        let bytes = std::fs::read(path).map_err(|error| ModuleError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        let digest = hex_digest(&bytes);
+        if !expected_digest.eq_ignore_ascii_case(&digest) {
+            return Err(ModuleError::Digest {
+                path: path.to_owned(),
+                expected: expected_digest.to_owned(),
+                actual: digest,
+            });
+        }
+        if let Some(module) = self.lock().get(&digest) {
+            return Ok(module.clone());
+        }
+        let abi = |err: wasmtime::Error| ModuleError::Abi {
+            path: path.to_owned(),
+            reason: format!("{err:#}"),
+        };
+        let component = self.component(&bytes, &digest).map_err(abi)?;
+        let pre = self.linker.instantiate_pre(&component).map_err(abi)?;
+        let module = Arc::new(LoadedModule {
+            pre: RulePre::new(pre).map_err(abi)?,
+            digest: digest.clone(),
+            engine: self.engine.clone(),
+        });
+        self.lock().insert(digest, module.clone());
+        Ok(module)
+    }
+
+    /// The module with SHA-256 `digest` (lowercase hex), if it was loaded.
+    pub fn loaded(&self, digest: &str) -> Option<Arc<LoadedModule>> {
+        self.lock().get(digest).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<LoadedModule>>> {
+        self.loaded
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// The compiled component: from the disk cache when this engine compiled it before.
+    fn component(&self, bytes: &[u8], digest: &str) -> Result<Component, wasmtime::Error> {
+        let Some(dir) = &self.cache_dir else {
+            return Component::new(&self.engine, bytes);
+        };
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.engine
+            .precompile_compatibility_hash()
+            .hash(&mut hasher);
+        let cached = dir.join(format!("{digest}-{:016x}.cwasm", hasher.finish()));
+        // SAFETY: the file was written by `precompile_component` of an engine with the same
+        // configuration (the name says which), into a directory only root can write.
+        if let Ok(component) = unsafe { Component::deserialize_file(&self.engine, &cached) } {
+            return Ok(component);
+        }
+        let compiled = self.engine.precompile_component(bytes)?;
+        // A cache that cannot be written only costs compiling again next time.
+        let written = std::fs::create_dir_all(dir).and_then(|()| {
+            let partial = cached.with_extension("partial");
+            std::fs::write(&partial, &compiled)?;
+            std::fs::rename(&partial, &cached)
+        });
+        if let Err(err) = written {
+            tracing::debug!("caching a compiled rule module in {}: {err}", dir.display());
+        }
+        // SAFETY: produced just now by this engine.
+        unsafe { Component::deserialize(&self.engine, &compiled) }
+    }
+}
+
+/// What a module file is, and whether this agent can run it.
+#[derive(Debug)]
+pub struct Inspection {
+    /// SHA-256 of the file, in hex: what a policy's `sha256` must say.
+    pub digest: String,
+    pub size: usize,
+    /// "NAME (KIND)" of each import and export.
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+    /// Ok, or why this agent refuses it.
+    pub runnable: Result<(), String>,
+}
+
+fn item_kind(item: &wasmtime::component::types::ComponentItem) -> &'static str {
+    use wasmtime::component::types::ComponentItem;
+    match item {
+        ComponentItem::ComponentFunc(_) | ComponentItem::CoreFunc(_) => "function",
+        ComponentItem::ComponentInstance(_) => "interface",
+        ComponentItem::Module(_) | ComponentItem::Component(_) => "module",
+        ComponentItem::Type(_) | ComponentItem::Resource(_) => "type",
+    }
+}
+
+impl RuleHost {
+    /// Reads the module at `path` and checks it against the ABI, without running it.
+    pub fn inspect(&self, path: &Path) -> Result<Inspection, ModuleError> {
+        let bytes = std::fs::read(path).map_err(|error| ModuleError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        let digest = hex_digest(&bytes);
+        let component = Component::new(&self.engine, &bytes).map_err(|err| ModuleError::Abi {
+            path: path.to_owned(),
+            reason: format!("{err:#}"),
+        })?;
+        let ty = component.component_type();
+        let named = |(name, item): (&str, wasmtime::component::types::ComponentExtern)| {
+            format!("{name} ({})", item_kind(&item.ty))
+        };
+        Ok(Inspection {
+            imports: ty.imports(&self.engine).map(named).collect(),
+            exports: ty.exports(&self.engine).map(named).collect(),
+            runnable: self
+                .load(path, &digest)
+                .map(drop)
+                .map_err(|err| err.to_string()),
+            size: bytes.len(),
+            digest,
+        })
+    }
+}
+
+impl LoadedModule {
+    /// A store for one call: the memory limit, and `budget` from now.
+    fn store(&self, budget: Duration) -> Store<State> {
+        let mut store = Store::new(
+            &self.engine,
+            State {
+                limits: StoreLimitsBuilder::new()
+                    .memory_size(MEMORY_LIMIT)
+                    .trap_on_grow_failure(true)
+                    .build(),
+            },
+        );
+        store.limiter(|state| &mut state.limits);
+        let ticks = budget.as_millis() / EPOCH_TICK.as_millis();
+        store.set_epoch_deadline(ticks.max(1) as u64);
+        store.epoch_deadline_trap();
+        store
+    }
+
+    /// The kernel rules the module makes of `config` (JSON).
+    pub fn compile(&self, config: &str, context: &Context) -> Result<Vec<Entry>, ModuleError> {
+        let mut store = self.store(COMPILE_BUDGET);
+        let rule = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(ModuleError::failed)?;
+        rule.call_compile(&mut store, config, context)
+            .map_err(ModuleError::failed)?
+            .map_err(ModuleError::Refused)
+    }
+
+    /// The module's verdicts on `events` of a policy that uses it with `config`, one each, in
+    /// order.
+    pub fn decide(&self, config: &str, events: &[Event]) -> Result<Vec<Verdict>, ModuleError> {
+        let mut store = self.store(DECIDE_BUDGET);
+        let rule = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(ModuleError::failed)?;
+        let verdicts = rule
+            .call_decide(&mut store, config, events)
+            .map_err(ModuleError::failed)?;
+        if verdicts.len() != events.len() {
+            return Err(ModuleError::Failed {
+                kind: FailureKind::Malformed,
+                message: format!("{} verdicts for {} events", verdicts.len(), events.len()),
+            });
+        }
+        Ok(verdicts)
+    }
+}

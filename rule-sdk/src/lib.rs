@@ -1,0 +1,259 @@
+//! Write Palisade rule modules in Rust.
+//!
+//! A rule module does two jobs, described by the WIT world in `wit/rule.wit` (its package
+//! version is the ABI version):
+//! - `compile`: turn its configuration (the `config` of a policy's `ruleModules` entry) into
+//!   kernel rules, which the agent checks and enforces like rules written in the policy;
+//! - `decide`: say what happens to each audit event of the policy: keep or drop it, give it a
+//!   severity, tags and annotations, or kill the process that caused it.
+//!
+//! Implement [`Rule`] and export it with [`rule!`]; build with `palisade rules build DIR`, which
+//! compiles for `wasm32-unknown-unknown` and wraps the module as a component. The same code runs
+//! natively in `cargo test`, where [`testing::check_fixtures`] checks it against JSON fixtures
+//! without a Wasm runtime.
+//!
+//! ```ignore
+//! use palisade_rule_sdk::{Action, Context, Entry, Event, Permission, Rule, Severity, Verdict};
+//!
+//! struct NoSecrets;
+//!
+//! #[derive(serde::Deserialize)]
+//! struct Config { directories: Vec<String> }
+//!
+//! impl Rule for NoSecrets {
+//!     type Config = Config;
+//!     fn compile(config: Config, _: &Context) -> Result<Vec<Entry>, String> {
+//!         Ok(config.directories.iter().map(|dir| {
+//!             Entry::files(dir, vec![format!("{dir}/**")], &[Permission::Read], Action::Deny)
+//!         }).collect())
+//!     }
+//!     fn decide(_: &Config, event: &Event) -> Verdict {
+//!         Verdict::keep().severity(Severity::High)
+//!     }
+//! }
+//!
+//! palisade_rule_sdk::rule!(NoSecrets);
+//! ```
+
+pub mod testing;
+
+/// The bindings wit-bindgen generates from the WIT world (`rule!` refers to them).
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)] // generated glue
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "rule",
+        path: "wit",
+        pub_export_macro: true,
+        export_macro_name: "export_world",
+        default_bindings_module: "palisade_rule_sdk::bindings",
+        additional_derives: [serde::Serialize, serde::Deserialize, PartialEq],
+    });
+}
+
+pub use bindings::{
+    Context, Entry, Event, Guest, Verdict,
+    palisade::rule::types::{
+        Action, FileRule, Matcher, NetworkRule, Permission, Protocol, Severity,
+    },
+};
+#[doc(hidden)]
+pub use serde_json;
+
+/// The ABI version this SDK builds modules for (the WIT package version).
+pub const ABI_VERSION: &str = "0.1.0";
+
+/// A rule module.
+pub trait Rule {
+    /// The module's configuration, read from the policy's `config` (JSON).
+    type Config: serde::de::DeserializeOwned;
+
+    /// Turns the configuration into kernel rules.
+    fn compile(config: Self::Config, context: &Context) -> Result<Vec<Entry>, String>;
+
+    /// What happens to one audit event of a policy that uses the module with `config`. By
+    /// default the event goes on unchanged.
+    fn decide(config: &Self::Config, event: &Event) -> Verdict {
+        let _ = (config, event);
+        Verdict::keep()
+    }
+}
+
+fn parse_config<R: Rule>(config: &str) -> Result<R::Config, String> {
+    serde_json::from_str(config).map_err(|err| format!("config: {err}"))
+}
+
+/// Runs `R::compile` on configuration text, as the agent calls it.
+pub fn compile_json<R: Rule>(config: &str, context: &Context) -> Result<Vec<Entry>, String> {
+    R::compile(parse_config::<R>(config)?, context)
+}
+
+/// Runs `R::decide` on each event, as the agent calls it. A configuration `compile` accepted
+/// always parses; should it not, every event goes on unchanged.
+pub fn decide_json<R: Rule>(config: &str, events: &[Event]) -> Vec<Verdict> {
+    match parse_config::<R>(config) {
+        Ok(config) => events
+            .iter()
+            .map(|event| R::decide(&config, event))
+            .collect(),
+        Err(_) => events.iter().map(|_| Verdict::keep()).collect(),
+    }
+}
+
+/// Exports a [`Rule`] as the module's `compile` and `decide`.
+#[macro_export]
+macro_rules! rule {
+    ($rule:ty) => {
+        #[doc(hidden)]
+        pub struct PalisadeRuleExport;
+
+        impl $crate::Guest for PalisadeRuleExport {
+            fn compile(
+                config: ::std::string::String,
+                context: $crate::Context,
+            ) -> ::std::result::Result<::std::vec::Vec<$crate::Entry>, ::std::string::String> {
+                $crate::compile_json::<$rule>(&config, &context)
+            }
+
+            fn decide(
+                config: ::std::string::String,
+                events: ::std::vec::Vec<$crate::Event>,
+            ) -> ::std::vec::Vec<$crate::Verdict> {
+                $crate::decide_json::<$rule>(&config, &events)
+            }
+        }
+
+        $crate::bindings::export_world!(PalisadeRuleExport with_types_in $crate::bindings);
+    };
+}
+
+impl Entry {
+    /// Opening or changing the files at `paths` with `permissions`.
+    pub fn files(
+        name: impl Into<String>,
+        paths: Vec<String>,
+        permissions: &[Permission],
+        action: Action,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            matcher: Matcher::Files(FileRule {
+                paths,
+                permissions: permissions.to_vec(),
+            }),
+            action,
+        }
+    }
+
+    /// Running the programs at `paths`.
+    pub fn exec(name: impl Into<String>, paths: Vec<String>, action: Action) -> Self {
+        Self {
+            name: name.into(),
+            matcher: Matcher::Exec(paths),
+            action,
+        }
+    }
+
+    /// Traffic to `addresses` on `ports` over `protocols` (empty: all of them).
+    pub fn network(
+        name: impl Into<String>,
+        addresses: Vec<String>,
+        ports: Vec<String>,
+        protocols: &[Protocol],
+        action: Action,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            matcher: Matcher::Network(NetworkRule {
+                addresses,
+                ports,
+                protocols: protocols.to_vec(),
+            }),
+            action,
+        }
+    }
+
+    /// Mounting file systems of `fs_types` ("*": every mount).
+    pub fn mount(name: impl Into<String>, fs_types: Vec<String>, action: Action) -> Self {
+        Self {
+            name: name.into(),
+            matcher: Matcher::Mount(fs_types),
+            action,
+        }
+    }
+
+    /// Using `capabilities`.
+    pub fn capabilities(
+        name: impl Into<String>,
+        capabilities: Vec<String>,
+        action: Action,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            matcher: Matcher::Capabilities(capabilities),
+            action,
+        }
+    }
+}
+
+impl Event {
+    /// The event an agent wrote as a JSON line (`{"hook": "file_open", "action": "deny", ...}`),
+    /// as modules receive it.
+    pub fn from_json(event: &serde_json::Value) -> Self {
+        let text = |field: &str| event[field].as_str().unwrap_or_default().to_owned();
+        let number = |field: &str| event[field].as_u64().unwrap_or_default() as u32;
+        Self {
+            hook: text("hook"),
+            action: text("action"),
+            policy: text("policy"),
+            rule: text("rule"),
+            pid: number("pid"),
+            uid: number("uid"),
+            comm: text("comm"),
+            path: text("path"),
+            json: event.to_string(),
+        }
+    }
+}
+
+impl Verdict {
+    /// The event goes on unchanged.
+    pub fn keep() -> Self {
+        Self {
+            keep: true,
+            severity: None,
+            tags: Vec::new(),
+            annotations: Vec::new(),
+            kill: false,
+        }
+    }
+
+    /// The event is dropped (and counted).
+    pub fn drop() -> Self {
+        Self {
+            keep: false,
+            ..Self::keep()
+        }
+    }
+
+    pub fn severity(mut self, severity: Severity) -> Self {
+        self.severity = Some(severity);
+        self
+    }
+
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tags.push(tag.into());
+        self
+    }
+
+    pub fn annotate(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.annotations.push((key.into(), value.into()));
+        self
+    }
+
+    /// Also kill the process that caused the event.
+    pub fn kill(mut self) -> Self {
+        self.kill = true;
+        self
+    }
+}

@@ -1,0 +1,120 @@
+//! Checks a rule natively against fixtures, in the rule crate's `cargo test`: no Wasm runtime.
+//! `palisade policy test DIR` checks the built module against the same fixtures.
+//!
+//! A fixture is a JSON file, one of:
+//! - `{"compile": {"config": {...}, "entries": [...]}}`, or with `"error": "TEXT"` instead of
+//!   `entries` when compiling must fail with a message containing TEXT;
+//! - `{"decide": {"config": {...}, "event": {...}, "verdict": {...}}}`, where the event is a line
+//!   of the agent's JSON output and the verdict is `{"keep": true, "severity": "High", "tags": [],
+//!   "annotations": [["key", "value"]], "kill": false}` (`severity` may be null).
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::{Context, Entry, Event, Rule, Verdict};
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum Fixture {
+    Compile {
+        config: serde_json::Value,
+        #[serde(default)]
+        entries: Option<Vec<Entry>>,
+        #[serde(default)]
+        error: Option<String>,
+    },
+    Decide {
+        config: serde_json::Value,
+        event: serde_json::Value,
+        verdict: Verdict,
+    },
+}
+
+/// The context fixtures compile in.
+pub fn context() -> Context {
+    Context {
+        policy: "fixture".to_owned(),
+        node: "fixture-node".to_owned(),
+        kube_apiserver: vec!["10.96.0.1".to_owned()],
+    }
+}
+
+/// Reads every `*.json` fixture in `dir`, sorted by name.
+pub fn read_fixtures(dir: &Path) -> Result<Vec<(String, Fixture)>, String> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|err| format!("{}: {err}", dir.display()))?
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let name = path.display().to_string();
+            let text = std::fs::read_to_string(&path).map_err(|err| format!("{name}: {err}"))?;
+            let fixture = serde_json::from_str(&text).map_err(|err| format!("{name}: {err}"))?;
+            Ok((name, fixture))
+        })
+        .collect()
+}
+
+/// Checks what `compile` returned against a compile fixture: None if it is as expected.
+pub fn compile_mismatch(
+    expected_entries: &Option<Vec<Entry>>,
+    expected_error: &Option<String>,
+    got: &Result<Vec<Entry>, String>,
+) -> Option<String> {
+    match (expected_entries, expected_error, got) {
+        (Some(expected), None, Ok(entries)) if entries == expected => None,
+        (None, Some(expected), Err(error)) if error.contains(expected.as_str()) => None,
+        (None, None, _) | (Some(_), Some(_), _) => {
+            Some("a compile fixture needs `entries` or `error`".to_owned())
+        }
+        _ => Some(format!(
+            "expected {}, got {got:?}",
+            match (expected_entries, expected_error) {
+                (Some(entries), _) => format!("{entries:?}"),
+                (_, error) => format!("an error containing {error:?}"),
+            }
+        )),
+    }
+}
+
+/// Runs `R` natively on every fixture in `dir`; panics with every mismatch. Returns how many
+/// fixtures were checked.
+pub fn check_fixtures<R: Rule>(dir: impl AsRef<Path>) -> usize {
+    let fixtures = read_fixtures(dir.as_ref()).unwrap_or_else(|err| panic!("{err}"));
+    assert!(
+        !fixtures.is_empty(),
+        "no fixtures in {}",
+        dir.as_ref().display()
+    );
+    let mut failures = Vec::new();
+    for (name, fixture) in &fixtures {
+        let mismatch = match fixture {
+            Fixture::Compile {
+                config,
+                entries,
+                error,
+            } => compile_mismatch(
+                entries,
+                error,
+                &crate::compile_json::<R>(&config.to_string(), &context()),
+            ),
+            Fixture::Decide {
+                config,
+                event,
+                verdict,
+            } => {
+                let got = crate::decide_json::<R>(&config.to_string(), &[Event::from_json(event)]);
+                (got != [verdict.clone()]).then(|| format!("expected {verdict:?}, got {got:?}"))
+            }
+        };
+        if let Some(mismatch) = mismatch {
+            failures.push(format!("{name}: {mismatch}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    fixtures.len()
+}

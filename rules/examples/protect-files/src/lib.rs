@@ -1,0 +1,76 @@
+//! Example rule module: the files in `paths` may not be read or changed; every attempt is rated
+//! `high`, tagged `protected-file`, and annotated with who tried. Processes named in `kill` are
+//! killed on their first attempt; attempts by processes named in `quiet` are not reported.
+//!
+//! ```yaml
+//! ruleModules:
+//!   - name: protect-files
+//!     module: protect-files.wasm
+//!     sha256: ...
+//!     config:
+//!       paths: [/srv/secrets/**]
+//!       kill: [cat]
+//!       quiet: [backup-agent]
+//! ```
+
+use palisade_rule_sdk::{Action, Context, Entry, Event, Permission, Rule, Severity, Verdict};
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    paths: Vec<String>,
+    #[serde(default)]
+    kill: Vec<String>,
+    #[serde(default)]
+    quiet: Vec<String>,
+}
+
+struct ProtectFiles;
+
+impl Rule for ProtectFiles {
+    type Config = Config;
+
+    fn compile(config: Config, _: &Context) -> Result<Vec<Entry>, String> {
+        if config.paths.is_empty() {
+            return Err("`paths` lists no file to protect".to_owned());
+        }
+        Ok(vec![Entry::files(
+            "protected-files",
+            config.paths,
+            &[Permission::Read, Permission::Write],
+            Action::Deny,
+        )])
+    }
+
+    fn decide(config: &Config, event: &Event) -> Verdict {
+        if config.quiet.contains(&event.comm) {
+            return Verdict::drop();
+        }
+        let verdict = Verdict::keep()
+            .severity(Severity::High)
+            .tag("protected-file")
+            .annotate(
+                "attempt",
+                format!("{} (uid {}) on {}", event.comm, event.uid, event.path),
+            );
+        if config.kill.contains(&event.comm) {
+            verdict.kill()
+        } else {
+            verdict
+        }
+    }
+}
+
+palisade_rule_sdk::rule!(ProtectFiles);
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fixtures() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
+        assert_eq!(
+            palisade_rule_sdk::testing::check_fixtures::<super::ProtectFiles>(dir),
+            5
+        );
+    }
+}

@@ -1,0 +1,236 @@
+//! Rule modules in a running agent: a Wasm module compiles a policy into rules the kernel
+//! enforces and decides the policy's events (severity, tags, annotations, kill); a misbehaving
+//! module is contained and the agent keeps serving.
+
+use std::{
+    os::unix::process::ExitStatusExt,
+    time::{Duration, Instant},
+};
+
+use palisade_kernel_tests::{EPERM, Kernel, binary, file, probe, spawn_probe};
+
+use super::{
+    Agent, cleanup_agent,
+    observability::{Scrape, http_get, wait_until_ready},
+};
+
+/// Copies the module `name` (built into the VM image) into `dir`; returns its SHA-256 digest.
+fn install_module(name: &str, dir: &str) -> String {
+    use sha2::Digest;
+    let source = binary("PALISADE_RULES").join(format!("{name}.wasm"));
+    let bytes = std::fs::read(&source).unwrap_or_else(|err| panic!("{}: {err}", source.display()));
+    std::fs::write(format!("{dir}/{name}.wasm"), &bytes).unwrap();
+    sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+fn fresh_dir(path: &str) -> &str {
+    let _ = std::fs::remove_dir_all(path);
+    std::fs::create_dir_all(path).unwrap();
+    path
+}
+
+/// A policy on `cgroup` that reports violations and uses the module `name` with `config`.
+fn module_policy(file: &str, policy: &str, cgroup: &str, name: &str, digest: &str, config: &str) {
+    std::fs::write(
+        file,
+        format!(
+            "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {policy}\nspec:\n  target:\n    cgroupPath: {cgroup}\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    auditViolations: true\n  ruleModules:\n    - name: {name}\n      module: {name}.wasm\n      sha256: {digest}\n      config: {config}\n"
+        ),
+    )
+    .unwrap();
+}
+
+fn events(name: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(format!("/tmp/{name}-events.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < Duration::from_secs(60), "never {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_rust_module_compiles_rules_the_kernel_enforces_and_decides_their_events() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "module");
+    let secret = file("/tmp/module/secret");
+    let dir = fresh_dir("/tmp/module-policies");
+    let digest = install_module("protect-files", dir);
+    module_policy(
+        &format!("{dir}/app.yaml"),
+        "app",
+        target.path.to_str().unwrap(),
+        "protect-files",
+        &digest,
+        &format!("{{paths: [{secret}], kill: [probe]}}"),
+    );
+    let bpffs = "/sys/fs/bpf/palisade-test-module";
+    let agent = Agent::start(dir, bpffs, "module");
+    wait_until_ready(&agent);
+    // The module's rule, enforced by the kernel; outside the target nothing changes.
+    assert_eq!(probe(Some(&target), &["read", secret]), EPERM);
+    assert_eq!(
+        probe(None, &["read", secret]),
+        palisade_kernel_tests::Answer::Ok
+    );
+    // Its verdict on a process that keeps trying: killed.
+    let stop = "/tmp/module/stop";
+    let _ = std::fs::remove_file(stop);
+    let mut reader = spawn_probe(Some(&target), &["read-until", secret, stop]);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = reader.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the module's kill verdict never landed: {}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    wait_for("a killed event", || {
+        events("module").iter().any(|event| event["killed"] == true)
+    });
+    let scrape = Scrape::now();
+    assert!(
+        scrape.value(
+            "palisade_rule_module_verdicts_total",
+            &[("module", "protect-files"), ("verdict", "kill")]
+        ) >= 1.0
+    );
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
+    let first = &events("module")[0];
+    assert_eq!(first["rule"], "protect-files/protected-files");
+    assert_eq!(first["action"], "deny");
+    assert_eq!(first["severity"], "high");
+    assert_eq!(first["tags"], serde_json::json!(["protected-file"]));
+    assert_eq!(
+        first["annotations"]["attempt"],
+        format!("probe (uid 0) on {secret}")
+    );
+}
+
+#[test]
+fn a_misbehaving_module_is_contained_and_the_agent_keeps_serving() {
+    let mut kernel = Kernel::new();
+    let looping = kernel.cgroup(None, "looping");
+    let broken = kernel.cgroup(None, "broken");
+    let secret = file("/tmp/misbehaving/secret");
+    let dir = fresh_dir("/tmp/misbehaving-policies");
+    let digest = install_module("misbehaving", dir);
+    // Deciding never returns; compiling exhausts memory.
+    module_policy(
+        &format!("{dir}/looping.yaml"),
+        "looping",
+        looping.path.to_str().unwrap(),
+        "misbehaving",
+        &digest,
+        &format!("{{deny: {secret}, decide: loop}}"),
+    );
+    module_policy(
+        &format!("{dir}/broken.yaml"),
+        "broken",
+        broken.path.to_str().unwrap(),
+        "misbehaving",
+        &digest,
+        "{compile: memory}",
+    );
+    let bpffs = "/sys/fs/bpf/palisade-test-misbehaving";
+    let agent = Agent::start(dir, bpffs, "misbehaving");
+    wait_until_ready(&agent);
+    agent.wait_for_log(
+        "broken.yaml: spec.ruleModules[0] (misbehaving): compiling its config: stopped (memory)",
+    );
+    for _ in 0..3 {
+        assert_eq!(probe(Some(&looping), &["read", secret]), EPERM);
+    }
+    // Each batch is stopped at its budget; the events go on (onFailure: keep).
+    wait_for("the events written", || events("misbehaving").len() == 3);
+    assert_eq!(http_get("/healthz").unwrap().0, 200);
+    let scrape = Scrape::now();
+    assert!(
+        scrape.value(
+            "palisade_rule_module_failures_total",
+            &[("module", "misbehaving"), ("kind", "timeout")]
+        ) >= 1.0
+    );
+    assert_eq!(scrape.value("palisade_policy_errors", &[]), 1.0);
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    assert!(log.contains("rule module failed to decide"), "{log}");
+    cleanup_agent(bpffs);
+}
+
+#[test]
+fn a_changed_module_config_is_swapped_in_with_events_flowing_and_none_lost() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "reload");
+    let secret = file("/tmp/reload/secret");
+    let dir = fresh_dir("/tmp/reload-policies");
+    let digest = install_module("protect-files", dir);
+    let policy_file = format!("{dir}/app.yaml");
+    let cgroup = target.path.to_str().unwrap();
+    let write = |config: &str| {
+        module_policy(
+            &policy_file,
+            "app",
+            cgroup,
+            "protect-files",
+            &digest,
+            config,
+        )
+    };
+    write(&format!("{{paths: [{secret}]}}"));
+    let bpffs = "/sys/fs/bpf/palisade-test-reload";
+    let agent = Agent::start_with(dir, bpffs, "reload", &["--audit-rate", "0"]);
+    wait_until_ready(&agent);
+    let prober = palisade_kernel_tests::Prober::start(&target, secret, "/tmp/reload/stop");
+    wait_for("events kept", || !events("reload").is_empty());
+    // The new config silences the prober: its events are dropped from the swap on.
+    write(&format!("{{paths: [{secret}], quiet: [probe]}}"));
+    let dropped = || {
+        Scrape::now().get(
+            "palisade_rule_module_verdicts_total",
+            &[("module", "protect-files"), ("verdict", "drop")],
+        )
+    };
+    wait_for("events dropped by the new config", || {
+        dropped().is_some_and(|count| count >= 100.0)
+    });
+    let report = prober.finish();
+    assert_eq!((report.ok, report.other), (0, 0), "{report:?}");
+    // Everything the kernel decided has been drained once the counters stop moving.
+    let mut last = -1.0;
+    wait_for("the last events handled", || {
+        let now = dropped().unwrap_or(0.0) + events("reload").len() as f64;
+        std::mem::replace(&mut last, now) == now
+    });
+    let scrape = Scrape::now();
+    let rule = [("policy", "app"), ("rule", "protect-files/protected-files")];
+    let decisions = scrape.value("palisade_rule_decisions_total", &rule);
+    let kept = events("reload").len() as f64;
+    let dropped = scrape.value(
+        "palisade_rule_module_verdicts_total",
+        &[("module", "protect-files"), ("verdict", "drop")],
+    );
+    let lost = scrape.value("palisade_events_dropped_total", &[]);
+    assert_eq!(decisions, report.eperm as f64, "every denial counted");
+    assert_eq!(kept + dropped + lost, decisions, "no event unaccounted for");
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
+}
