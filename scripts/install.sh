@@ -41,5 +41,10 @@ command -v rustup >/dev/null || { echo "install.sh: rustup is needed to install 
 toolchain=$(sed -n 's/^channel = "\(.*\)"/\1/p' "$(dirname "$0")/../rust-toolchain.toml")
 rustup toolchain list | grep -q "^$toolchain" || rustup toolchain install "$toolchain" --profile minimal
 rustup component add --toolchain "$toolchain" rustfmt clippy >/dev/null 2>&1
-# Rule modules are WebAssembly components built for this target.
+# Rule modules are WebAssembly components built for this target, or Rego compiled by OPA
+# (from the Go module proxy: Go is part of this machine's toolchain).
 rustup target add --toolchain "$toolchain" wasm32-unknown-unknown >/dev/null 2>&1
+opa_version=v1.22.2
+if ! opa version 2>/dev/null | grep -q "^Version: ${opa_version#v}$"; then
+  GOBIN=/usr/local/bin go install "github.com/open-policy-agent/opa@$opa_version"
+fi

@@ -49,6 +49,21 @@ enum Command {
 enum PolicyCommand {
     /// Print the BPF map entries a policy compiles to.
     Compile { file: PathBuf },
+    /// Run a rule module on its fixtures (DIR/fixtures/*.json) in the agent's sandbox.
+    Test {
+        dir: PathBuf,
+        /// The built module (default: build DIR's crate now).
+        #[arg(long, value_name = "FILE")]
+        module: Option<PathBuf>,
+    },
+    /// Show which recorded events a candidate policy would deny or audit, per rule.
+    Replay {
+        /// Events the agent wrote (JSON lines).
+        #[arg(long, value_name = "FILE")]
+        events: PathBuf,
+        #[arg(long, value_name = "FILE")]
+        policy: PathBuf,
+    },
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
@@ -109,6 +124,19 @@ fn main() -> ExitCode {
                 }
             })
             .map_err(Into::into),
+        Command::Policy {
+            command: PolicyCommand::Test { dir, module },
+        } => cmd::policy::test(&dir, module.as_deref(), &mut std::io::stdout()).map(|passed| {
+            if passed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }),
+        Command::Policy {
+            command: PolicyCommand::Replay { events, policy },
+        } => cmd::policy::replay(&events, &policy, &mut std::io::stdout())
+            .map(|()| ExitCode::SUCCESS),
         Command::Policy {
             command: PolicyCommand::Compile { file },
         } => palisade_agent::rules::RuleHost::new(None)

@@ -113,3 +113,61 @@ fn doctor_and_run_report_whether_bpf_lsm_works() {
         );
     }
 }
+
+#[test]
+fn policy_replay_counts_what_a_candidate_would_have_blocked_per_rule() {
+    let dir = std::env::temp_dir().join(format!("palisade-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let events = dir.join("events.jsonl");
+    let event = |fields: &str| {
+        format!(
+            "{{\"time\":\"2026-11-22T06:00:00Z\",\"node\":\"n\",\"action\":\"audit\",\"pid\":9,\"uid\":0,\"comm\":\"app\",{fields}}}\n"
+        )
+    };
+    let recorded = [
+        event(r#""hook":"file_open","path":"/etc/shadow","permissions":["read"]"#),
+        event(r#""hook":"file_open","path":"/etc/shadow","permissions":["read"]"#),
+        event(r#""hook":"file_open","path":"/etc/hosts","permissions":["read"]"#),
+        event(r#""hook":"capable","path":"","capability":"CAP_SYS_ADMIN","permissions":[]"#),
+        event(
+            r#""hook":"socket_connect","path":"","permissions":[],"socket":{"family":2,"protocol":6,"address":"169.254.169.254","port":80}"#,
+        ),
+        event(r#""hook":"task_kill","path":"","permissions":[],"signal":9"#),
+    ]
+    .concat();
+    std::fs::write(&events, recorded).unwrap();
+    let candidate = dir.join("candidate.yaml");
+    std::fs::write(
+        &candidate,
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: candidate\nspec:\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    hardeningRules: [disable-cap-sys-admin]\n    attackProtectionRules: [disable-access-shadow, {name: block-access-to-metadata-service, action: audit}]\n",
+    )
+    .unwrap();
+    let (code, out, err) = palisade(&[
+        "policy",
+        "replay",
+        "--events",
+        events.to_str().unwrap(),
+        "--policy",
+        candidate.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].ends_with("5 events replayed, 1 not replayable, 1 matched no rule"),
+        "{out}"
+    );
+    let row = |rule: &str| -> Vec<&str> {
+        lines
+            .iter()
+            .find(|line| line.contains(&format!(" {rule} ")))
+            .unwrap_or_else(|| panic!("no {rule} in {out}"))
+            .split_whitespace()
+            .take(2)
+            .collect()
+    };
+    assert_eq!(row("disable-access-shadow"), ["2", "0"]);
+    assert_eq!(row("disable-cap-sys-admin"), ["1", "0"]);
+    assert_eq!(row("block-access-to-metadata-service"), ["0", "1"]);
+    assert!(out.contains("not replayable: 1 task_kill events"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -67,7 +67,56 @@ fn compile(host: &RuleHost, spec: &str) -> Result<CompiledPolicy, PolicyError> {
         "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: test\nspec:\n{spec}"
     );
     let policy = Policy::parse(&file, &text)?;
-    compile_policy(host, &file, &policy, &Environment::default())
+    let env = Environment {
+        kube_apiserver: vec!["10.96.0.1".to_owned()],
+        ..Environment::default()
+    };
+    compile_policy(host, &file, &policy, &env)
+}
+
+/// Compiles the built-in rules `lists` (list name, rules) natively, and the same rules through
+/// the family module in `crate_dir`; checks that both give the same kernel entries.
+fn assert_family_matches_built_in_rules(crate_dir: &str, family: &str, lists: &[(&str, &[&str])]) {
+    let host = RuleHost::new(None).unwrap();
+    let mut spec = "  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n".to_owned();
+    for (list, rules) in lists {
+        spec.push_str(&format!("    {list}: [{}]\n", rules.join(", ")));
+    }
+    let native = compile(&host, &spec).unwrap_or_else(|err| panic!("{err}"));
+    let rules: Vec<&str> = lists
+        .iter()
+        .flat_map(|(_, rules)| rules.iter().copied())
+        .collect();
+    let from_module = compile(
+        &host,
+        &format!(
+            "  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n{}",
+            module_spec(
+                crate_dir,
+                family,
+                &format!("{{rules: [{}]}}", rules.join(", "))
+            )
+        ),
+    )
+    .unwrap_or_else(|err| panic!("{err}"));
+    assert_eq!(from_module.switches, native.switches);
+    assert_eq!(from_module.prefixes, native.prefixes);
+    assert_eq!(from_module.suffixes, native.suffixes);
+    assert_eq!(from_module.globs, native.globs);
+    assert_eq!(from_module.mount_types, native.mount_types);
+    assert_eq!(from_module.sockets, native.sockets);
+    assert_eq!(from_module.network, native.network);
+    let names = |policy: &CompiledPolicy| -> Vec<String> {
+        policy.rules.iter().map(|rule| rule.name.clone()).collect()
+    };
+    assert_eq!(names(&native), rules);
+    assert_eq!(
+        names(&from_module),
+        rules
+            .iter()
+            .map(|rule| format!("{family}/{rule}"))
+            .collect::<Vec<_>>()
+    );
 }
 
 fn module_spec(crate_dir: &str, name: &str, config: &str) -> String {
@@ -80,45 +129,72 @@ fn module_spec(crate_dir: &str, name: &str, config: &str) -> String {
 
 #[test]
 fn the_capability_family_compiles_to_the_same_entries_as_the_built_in_rules() {
-    let host = RuleHost::new(None).unwrap();
-    let rules = [
-        "disable-cap-sys-admin",
-        "disable-cap-net-raw",
-        "disable-cap-privileged",
-        "disable-cap-all-except-net-bind-service",
-    ];
-    let native = compile(
-        &host,
-        &format!(
-            "  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    hardeningRules: [{}]\n",
-            rules.join(", ")
-        ),
-    )
-    .unwrap();
-    let from_module = compile(
-        &host,
-        &format!(
-            "  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n{}",
-            module_spec(
-                "rules/capabilities",
-                "capabilities",
-                &format!("{{rules: [{}]}}", rules.join(", "))
-            )
-        ),
-    )
-    .unwrap();
-    assert_eq!(from_module.switches, native.switches);
-    let names = |policy: &CompiledPolicy| -> Vec<String> {
-        policy.rules.iter().map(|rule| rule.name.clone()).collect()
-    };
-    assert_eq!(
-        names(&from_module),
-        rules
-            .iter()
-            .map(|rule| format!("capabilities/{rule}"))
-            .collect::<Vec<_>>()
+    assert_family_matches_built_in_rules(
+        "rules/capabilities",
+        "capabilities",
+        &[(
+            "hardeningRules",
+            &[
+                "disable-cap-sys-admin",
+                "disable-cap-net-raw",
+                "disable-cap-privileged",
+                "disable-cap-all-except-net-bind-service",
+            ],
+        )],
     );
-    assert_eq!(names(&native), rules);
+}
+
+#[test]
+fn the_file_protection_family_compiles_to_the_same_entries_as_the_built_in_rules() {
+    assert_family_matches_built_in_rules(
+        "rules/file-protection",
+        "file-protection",
+        &[
+            (
+                "hardeningRules",
+                &[
+                    "disallow-write-core-pattern",
+                    "disallow-write-release-agent",
+                    "disallow-access-kallsyms",
+                ],
+            ),
+            (
+                "attackProtectionRules",
+                &[
+                    "mitigate-sa-leak",
+                    "mitigate-disk-device-number-leak",
+                    "mitigate-overlayfs-leak",
+                    "mitigate-host-ip-leak",
+                    "disable-write-etc",
+                    "disable-access-passwd",
+                    "disable-access-shadow",
+                    "disable-access-ssh-dir",
+                ],
+            ),
+            (
+                "vulMitigationRules",
+                &[
+                    "cgroups-lxcfs-escape-mitigation",
+                    "runc-override-mitigation",
+                ],
+            ),
+        ],
+    );
+}
+
+#[test]
+fn the_network_family_compiles_to_the_same_entries_as_the_built_in_rules() {
+    assert_family_matches_built_in_rules(
+        "rules/network",
+        "network",
+        &[(
+            "attackProtectionRules",
+            &[
+                "block-access-to-metadata-service",
+                "block-access-to-kube-apiserver",
+            ],
+        )],
+    );
 }
 
 #[test]
@@ -179,13 +255,13 @@ fn files_that_are_not_rule_modules_are_refused_with_the_reason() {
         (
             "garbage.wasm",
             b"not wasm at all",
-            "not a rule module for palisade:rule@0.1.0",
+            "not a rule module this agent runs",
         ),
         // A core module, not a component.
         (
             "core.wasm",
             b"\0asm\x01\0\0\0",
-            "not a rule module for palisade:rule@0.1.0",
+            "not a rule module this agent runs",
         ),
         // An empty component: the right format, exporting nothing.
         ("empty.wasm", b"\0asm\x0d\0\x01\0", "compile"),
@@ -309,7 +385,11 @@ fn inspect_shows_the_digest_and_the_abi() {
     assert!(text.contains(&format!("sha256   {digest}")), "{text}");
     assert!(text.contains("export   compile (function)"), "{text}");
     assert!(text.contains("export   decide (function)"), "{text}");
-    assert!(text.contains("abi      palisade:rule@0.1.0: ok"), "{text}");
+    assert!(
+        text.contains("kind     a component (palisade:rule@0.1.0)"),
+        "{text}"
+    );
+    assert!(text.contains("abi      ok: this agent runs it"), "{text}");
     let garbage = scratch().join("inspect-garbage.wasm");
     std::fs::write(&garbage, "no").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
@@ -322,5 +402,130 @@ fn inspect_shows_the_digest_and_the_abi() {
         String::from_utf8_lossy(&out.stderr).contains("not a rule module"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn policy_test_runs_the_fixtures_against_the_built_module() {
+    let (path, digest) = module("rules/examples/protect-files");
+    let run = |dir: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .args(["policy", "test"])
+            .arg(dir)
+            .arg("--module")
+            .arg(&path)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (passed, out) = run(&workspace().join("rules/examples/protect-files"));
+    assert!(passed, "{out}");
+    assert!(out.contains("5 passed, 0 failed"), "{out}");
+    assert!(out.contains(&digest), "{out}");
+    // A fixture the module does not meet fails, and says how.
+    let wrong = scratch().join("wrong-fixtures");
+    std::fs::create_dir_all(&wrong).unwrap();
+    std::fs::write(
+        wrong.join("kill.json"),
+        r#"{"decide": {"config": {"paths": ["/s"]}, "event": {"hook": "file_open", "comm": "cat"},
+            "verdict": {"keep": true, "severity": null, "tags": [], "annotations": [], "kill": true}}}"#,
+    )
+    .unwrap();
+    let (passed, out) = run(&wrong);
+    assert!(!passed, "{out}");
+    assert!(
+        out.contains("FAILED") && out.contains("0 passed, 1 failed"),
+        "{out}"
+    );
+}
+
+#[test]
+fn compiled_modules_are_cached_by_digest_and_a_damaged_cache_is_rebuilt() {
+    let (path, digest) = module("rules/capabilities");
+    let cache = scratch().join("cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let cached = || -> Vec<PathBuf> {
+        std::fs::read_dir(&cache)
+            .map(|entries| {
+                entries
+                    .filter_map(|entry| Some(entry.ok()?.path()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let config = r#"{"rules": ["disable-cap-sys-admin"]}"#;
+    let first = RuleHost::new(Some(cache.clone())).unwrap();
+    first
+        .load(&path, &digest)
+        .unwrap()
+        .compile(config, &context())
+        .unwrap();
+    let files = cached();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with(&digest) && name.ends_with(".cwasm"),
+        "{name}"
+    );
+    // Another agent finds it; a damaged file is compiled again and replaced.
+    std::fs::write(&files[0], b"damaged").unwrap();
+    let second = RuleHost::new(Some(cache.clone())).unwrap();
+    let entries = second
+        .load(&path, &digest)
+        .unwrap()
+        .compile(config, &context())
+        .unwrap();
+    assert_eq!(entries.len(), 1);
+    assert!(std::fs::metadata(&files[0]).unwrap().len() > 1000);
+}
+
+#[test]
+fn a_rego_module_runs_its_fixtures_and_its_builtins_are_checked_at_load() {
+    let (path, digest) = module("rules/examples/egress");
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["policy", "test"])
+        .arg(workspace().join("rules/examples/egress"))
+        .arg("--module")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("5 passed, 0 failed"), "{text}");
+    // Compiled into a policy like any module's rules.
+    let host = RuleHost::new(None).unwrap();
+    let compiled = compile(
+        &host,
+        &format!(
+            "  mode: RuntimeDefault\n{}",
+            module_spec(
+                "rules/examples/egress",
+                "egress",
+                "{addresses: [10.0.0.0/8], ports: [443]}"
+            )
+        ),
+    )
+    .unwrap();
+    assert_eq!(compiled.network.len(), 1);
+    assert_eq!(compiled.rule_name(2), Some("egress/egress"));
+    assert!(host.load(&path, &digest).is_ok());
+    // A policy needing a builtin the agent does not provide is refused when loaded.
+    let dir = scratch().join("needs-sprintf");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("p.rego"),
+        "package palisade\n\ncompile := [] if true\n\ndecide := {\"tags\": [sprintf(\"%v\", [input.event.pid])]} if true\n",
+    )
+    .unwrap();
+    let out = dir.join("needs-sprintf.wasm");
+    let digest = palisade_agent::rules::build(&dir, &out).unwrap();
+    let err = host.load(&out, &digest).err().expect("refused");
+    assert!(
+        err.to_string()
+            .contains("the policy needs builtins the agent does not provide: sprintf"),
+        "{err}"
     );
 }

@@ -257,3 +257,57 @@ impl Verdict {
         self
     }
 }
+
+/// The configuration built-in rule families take: rules by name, each with an optional action
+/// (deny by default), as in a policy's rule lists:
+/// `{"rules": ["disable-write-etc", {"name": "mitigate-sa-leak", "action": "audit"}]}`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedRules {
+    pub rules: Vec<NamedRule>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(untagged)]
+pub enum NamedRule {
+    Name(String),
+    WithAction { name: String, action: NamedAction },
+}
+
+#[derive(Debug, Clone, Copy, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NamedAction {
+    Deny,
+    Audit,
+}
+
+impl NamedRules {
+    /// One entry per rule, made by `entry` from its name and action.
+    pub fn entries(
+        &self,
+        entry: impl Fn(&str, Action) -> Result<Entry, String>,
+    ) -> Result<Vec<Entry>, String> {
+        self.rules
+            .iter()
+            .map(|rule| entry(rule.name(), rule.action()))
+            .collect()
+    }
+}
+
+impl NamedRule {
+    pub fn name(&self) -> &str {
+        match self {
+            NamedRule::Name(name) | NamedRule::WithAction { name, .. } => name,
+        }
+    }
+
+    pub fn action(&self) -> Action {
+        match self {
+            NamedRule::WithAction {
+                action: NamedAction::Audit,
+                ..
+            } => Action::Audit,
+            _ => Action::Deny,
+        }
+    }
+}

@@ -8,26 +8,29 @@
 //!   of the agent's JSON output and the verdict is `{"keep": true, "severity": "High", "tags": [],
 //!   "annotations": [["key", "value"]], "kill": false}` (`severity` may be null).
 
-use std::path::Path;
+use std::{fmt::Debug, path::Path};
 
-use serde::Deserialize;
+use serde::{Deserialize, de::DeserializeOwned};
 
 use crate::{Context, Entry, Event, Rule, Verdict};
 
+/// A fixture, over the entry and verdict types of whoever runs it (this SDK natively, or the
+/// agent's host for a built module).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "lowercase", deny_unknown_fields)]
-pub enum Fixture {
+#[serde(bound(deserialize = "E: DeserializeOwned, V: DeserializeOwned"))]
+pub enum Fixture<E, V> {
     Compile {
         config: serde_json::Value,
         #[serde(default)]
-        entries: Option<Vec<Entry>>,
+        entries: Option<Vec<E>>,
         #[serde(default)]
         error: Option<String>,
     },
     Decide {
         config: serde_json::Value,
         event: serde_json::Value,
-        verdict: Verdict,
+        verdict: V,
     },
 }
 
@@ -40,8 +43,13 @@ pub fn context() -> Context {
     }
 }
 
+/// A fixture and the file it came from.
+pub type NamedFixture<E, V> = (String, Fixture<E, V>);
+
 /// Reads every `*.json` fixture in `dir`, sorted by name.
-pub fn read_fixtures(dir: &Path) -> Result<Vec<(String, Fixture)>, String> {
+pub fn read_fixtures<E: DeserializeOwned, V: DeserializeOwned>(
+    dir: &Path,
+) -> Result<Vec<NamedFixture<E, V>>, String> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|err| format!("{}: {err}", dir.display()))?
         .filter_map(|entry| Some(entry.ok()?.path()))
@@ -60,10 +68,10 @@ pub fn read_fixtures(dir: &Path) -> Result<Vec<(String, Fixture)>, String> {
 }
 
 /// Checks what `compile` returned against a compile fixture: None if it is as expected.
-pub fn compile_mismatch(
-    expected_entries: &Option<Vec<Entry>>,
+pub fn compile_mismatch<E: PartialEq + Debug>(
+    expected_entries: &Option<Vec<E>>,
     expected_error: &Option<String>,
-    got: &Result<Vec<Entry>, String>,
+    got: &Result<Vec<E>, String>,
 ) -> Option<String> {
     match (expected_entries, expected_error, got) {
         (Some(expected), None, Ok(entries)) if entries == expected => None,
@@ -81,10 +89,19 @@ pub fn compile_mismatch(
     }
 }
 
+/// Checks the verdicts `decide` returned for a decide fixture's one event: None if as expected.
+pub fn decide_mismatch<V: PartialEq + Debug>(expected: &V, got: &[V]) -> Option<String> {
+    match got {
+        [verdict] if verdict == expected => None,
+        _ => Some(format!("expected [{expected:?}], got {got:?}")),
+    }
+}
+
 /// Runs `R` natively on every fixture in `dir`; panics with every mismatch. Returns how many
 /// fixtures were checked.
 pub fn check_fixtures<R: Rule>(dir: impl AsRef<Path>) -> usize {
-    let fixtures = read_fixtures(dir.as_ref()).unwrap_or_else(|err| panic!("{err}"));
+    let fixtures: Vec<NamedFixture<Entry, Verdict>> =
+        read_fixtures(dir.as_ref()).unwrap_or_else(|err| panic!("{err}"));
     assert!(
         !fixtures.is_empty(),
         "no fixtures in {}",
@@ -108,7 +125,7 @@ pub fn check_fixtures<R: Rule>(dir: impl AsRef<Path>) -> usize {
                 verdict,
             } => {
                 let got = crate::decide_json::<R>(&config.to_string(), &[Event::from_json(event)]);
-                (got != [verdict.clone()]).then(|| format!("expected {verdict:?}, got {got:?}"))
+                decide_mismatch(verdict, &got)
             }
         };
         if let Some(mismatch) = mismatch {

@@ -72,29 +72,33 @@ pub fn binaries() -> anyhow::Result<Binaries> {
 /// path in the image).
 pub fn rule_modules(palisade: &Path, dir: &Path) -> anyhow::Result<Vec<(PathBuf, String)>> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    ["rules/examples/protect-files", "tests/rules/misbehaving"]
-        .iter()
-        .map(|crate_dir| {
-            let name = Path::new(crate_dir)
-                .file_name()
-                .expect("a crate directory")
-                .to_string_lossy();
-            let out = dir.join(format!("{name}.wasm"));
-            let status = Command::new(palisade)
-                .args(["rules", "build"])
-                .arg(workspace.join(crate_dir))
-                .arg("--out")
-                .arg(&out)
-                .stdout(Stdio::null())
-                .status()
-                .context("running palisade rules build")?;
-            ensure!(
-                status.success(),
-                "building the rule module {crate_dir} failed"
-            );
-            Ok((out, format!("/palisade/rules/{name}.wasm")))
-        })
-        .collect()
+    [
+        "rules/examples/protect-files",
+        "rules/examples/egress",
+        "tests/rules/misbehaving",
+    ]
+    .iter()
+    .map(|crate_dir| {
+        let name = Path::new(crate_dir)
+            .file_name()
+            .expect("a crate directory")
+            .to_string_lossy();
+        let out = dir.join(format!("{name}.wasm"));
+        let status = Command::new(palisade)
+            .args(["rules", "build"])
+            .arg(workspace.join(crate_dir))
+            .arg("--out")
+            .arg(&out)
+            .stdout(Stdio::null())
+            .status()
+            .context("running palisade rules build")?;
+        ensure!(
+            status.success(),
+            "building the rule module {crate_dir} failed"
+        );
+        Ok((out, format!("/palisade/rules/{name}.wasm")))
+    })
+    .collect()
 }
 
 /// The shared libraries a dynamically linked binary needs, as `ldd` resolves them here.

@@ -1,4 +1,6 @@
-//! `palisade policy compile FILE`: the map entries a policy compiles to.
+//! `palisade policy compile FILE` (the map entries a policy compiles to), `policy test DIR` (a
+//! rule module against its fixtures) and `policy replay` (a candidate policy over recorded
+//! events).
 
 use std::{io::Write, net::Ipv6Addr, path::Path};
 
@@ -178,6 +180,157 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
             glob.rule_id,
             glob.min_len
         )?;
+    }
+    Ok(())
+}
+
+/// `palisade policy test DIR`: runs the built rule module (`--module FILE`, or DIR's crate built
+/// now) on the fixtures in DIR/fixtures (or DIR), in the agent's sandbox. Returns whether every
+/// fixture passed.
+pub fn test(dir: &Path, module: Option<&Path>, out: &mut impl Write) -> anyhow::Result<bool> {
+    use palisade_rule_sdk::testing::{
+        Fixture, NamedFixture, compile_mismatch, decide_mismatch, read_fixtures,
+    };
+
+    use crate::rules::{Entry, Verdict as ModuleVerdict, event_from_json};
+
+    let built;
+    let module = match module {
+        Some(module) => module,
+        None => {
+            built = std::env::temp_dir().join(format!("palisade-test-{}.wasm", std::process::id()));
+            crate::rules::build(dir, &built)?;
+            &built
+        }
+    };
+    let host = RuleHost::new(None)?;
+    let inspection = host.inspect(module)?;
+    inspection.runnable.map_err(anyhow::Error::msg)?;
+    let loaded = host.load(module, &inspection.digest)?;
+    let fixtures_dir = if dir.join("fixtures").is_dir() {
+        dir.join("fixtures")
+    } else {
+        dir.to_owned()
+    };
+    let fixtures: Vec<NamedFixture<Entry, ModuleVerdict>> =
+        read_fixtures(&fixtures_dir).map_err(anyhow::Error::msg)?;
+    anyhow::ensure!(
+        !fixtures.is_empty(),
+        "no fixtures in {}",
+        fixtures_dir.display()
+    );
+    let context = crate::rules::Context {
+        policy: "fixture".to_owned(),
+        node: "fixture-node".to_owned(),
+        kube_apiserver: vec!["10.96.0.1".to_owned()],
+    };
+    let mut failed = 0;
+    for (name, fixture) in &fixtures {
+        let mismatch = match fixture {
+            Fixture::Compile {
+                config,
+                entries,
+                error,
+            } => {
+                let got = loaded
+                    .compile(&config.to_string(), &context)
+                    .map_err(|err| err.to_string());
+                compile_mismatch(entries, error, &got)
+            }
+            Fixture::Decide {
+                config,
+                event,
+                verdict,
+            } => match loaded.decide(&config.to_string(), &[event_from_json(event)]) {
+                Ok(got) => decide_mismatch(verdict, &got),
+                Err(err) => Some(err.to_string()),
+            },
+        };
+        match mismatch {
+            None => writeln!(out, "ok      {name}")?,
+            Some(mismatch) => {
+                failed += 1;
+                writeln!(out, "FAILED  {name}: {mismatch}")?;
+            }
+        }
+    }
+    writeln!(
+        out,
+        "{} passed, {failed} failed ({}, sha256 {})",
+        fixtures.len() - failed,
+        module.display(),
+        inspection.digest
+    )?;
+    Ok(failed == 0)
+}
+
+/// `palisade policy replay --events FILE --policy FILE`: which recorded events the candidate
+/// policy would have denied or audited, per rule.
+pub fn replay(events: &Path, policy_file: &Path, out: &mut impl Write) -> anyhow::Result<()> {
+    use std::collections::BTreeMap;
+
+    let host = RuleHost::new(None)?;
+    let (_, candidate) = load_and_compile(&host, policy_file)?;
+    let text = std::fs::read_to_string(events)
+        .map_err(|err| anyhow::anyhow!("reading {}: {err}", events.display()))?;
+    // rule -> (denied, audited, an example)
+    let mut by_rule: BTreeMap<String, (u64, u64, String)> = BTreeMap::new();
+    let (mut replayed, mut unmatched) = (0u64, 0u64);
+    let mut not_replayable: BTreeMap<String, u64> = BTreeMap::new();
+    for (number, line) in text.lines().enumerate() {
+        let event: serde_json::Value = serde_json::from_str(line).map_err(|err| {
+            anyhow::anyhow!("{}:{}: not an event: {err}", events.display(), number + 1)
+        })?;
+        let Some(verdict) = crate::policy::decide_event(&candidate, &event) else {
+            let hook = event["hook"].as_str().unwrap_or("unknown").to_owned();
+            *not_replayable.entry(hook).or_default() += 1;
+            continue;
+        };
+        replayed += 1;
+        if verdict.action == 0 {
+            unmatched += 1;
+            continue;
+        }
+        let rule = candidate
+            .rule_name(verdict.rule_id)
+            .unwrap_or("unknown")
+            .to_owned();
+        let entry = by_rule.entry(rule).or_insert_with(|| {
+            let what = ["path", "capability", "fs_type"]
+                .iter()
+                .find_map(|field| event[field].as_str().filter(|value| !value.is_empty()))
+                .map(str::to_owned)
+                .or_else(|| event["socket"]["address"].as_str().map(str::to_owned))
+                .unwrap_or_default();
+            (
+                0,
+                0,
+                format!(
+                    "{} {} {what}",
+                    event["comm"].as_str().unwrap_or(""),
+                    event["hook"].as_str().unwrap_or("")
+                ),
+            )
+        });
+        if verdict.action & ACTION_DENY != 0 {
+            entry.0 += 1;
+        } else {
+            entry.1 += 1;
+        }
+    }
+    writeln!(
+        out,
+        "policy \"{}\" over {}: {replayed} events replayed, {} not replayable, {unmatched} matched no rule",
+        candidate.name,
+        events.display(),
+        not_replayable.values().sum::<u64>(),
+    )?;
+    writeln!(out, "WOULD DENY  WOULD AUDIT  RULE  (example)")?;
+    for (rule, (denied, audited, example)) in &by_rule {
+        writeln!(out, "{denied:>10}  {audited:>11}  {rule}  ({example})")?;
+    }
+    for (hook, count) in &not_replayable {
+        writeln!(out, "not replayable: {count} {hook} events")?;
     }
     Ok(())
 }

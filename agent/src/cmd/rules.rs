@@ -2,7 +2,7 @@
 
 use std::{io::Write, path::PathBuf};
 
-use crate::rules::{ABI_VERSION, RuleHost};
+use crate::rules::RuleHost;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum RulesCommand {
@@ -38,6 +38,7 @@ pub fn run(command: RulesCommand, out: &mut impl Write) -> anyhow::Result<bool> 
             let inspection = RuleHost::new(None)?.inspect(&file)?;
             writeln!(out, "module   {}", file.display())?;
             writeln!(out, "sha256   {}", inspection.digest)?;
+            writeln!(out, "kind     {}", inspection.kind)?;
             writeln!(out, "size     {} bytes", inspection.size)?;
             for import in &inspection.imports {
                 writeln!(out, "import   {import}")?;
@@ -46,7 +47,7 @@ pub fn run(command: RulesCommand, out: &mut impl Write) -> anyhow::Result<bool> 
                 writeln!(out, "export   {export}")?;
             }
             match &inspection.runnable {
-                Ok(()) => writeln!(out, "abi      palisade:rule@{ABI_VERSION}: ok")?,
+                Ok(()) => writeln!(out, "abi      ok: this agent runs it")?,
                 Err(reason) => writeln!(out, "abi      refused: {reason}")?,
             }
             Ok(inspection.runnable.is_ok())

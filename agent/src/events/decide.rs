@@ -19,7 +19,7 @@ use crate::{
     bpf::InstalledPolicy,
     metrics::RuleModuleMetrics,
     policy::{Decider, OnFailure},
-    rules::{Event, RuleHost, Severity, Verdict},
+    rules::{Event, RuleHost, Severity, Verdict, event_from_json},
 };
 
 /// A failure of the same module and kind is logged at most this often.
@@ -53,17 +53,7 @@ fn severity_name(severity: Severity) -> &'static str {
 
 /// The event as modules see it.
 fn module_event(event: &AuditEvent) -> Event {
-    Event {
-        hook: event.hook.to_owned(),
-        action: event.action.to_owned(),
-        policy: event.policy.clone().unwrap_or_default(),
-        rule: event.rule.clone().unwrap_or_default(),
-        pid: event.pid,
-        uid: event.uid,
-        comm: event.comm.clone(),
-        path: event.path.clone(),
-        json: serde_json::to_string(event).expect("events serialize"),
-    }
+    event_from_json(&serde_json::to_value(event).expect("events serialize"))
 }
 
 impl Deciding {

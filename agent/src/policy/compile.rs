@@ -84,6 +84,48 @@ impl CompiledPolicy {
         let index = usize::try_from(rule_id).ok()?.checked_sub(1)?;
         self.rules.get(index).map(|rule| rule.name.as_str())
     }
+
+    /// What the kernel decides for `perms` on `path`: the lookups of
+    /// ebpf/programs/path_match.h, on the entries this policy installs.
+    pub fn decide_path(&self, path: &str, perms: u32) -> Verdict {
+        fn longest<'a>(entries: &'a [TrieEntry], key: &[u8]) -> Option<&'a PathVerdict> {
+            entries
+                .iter()
+                .filter(|entry| key.starts_with(&entry.key))
+                .max_by_key(|entry| entry.key.len())
+                .map(|entry| &entry.verdict)
+        }
+        // As the kernel's `consider`: a stronger action wins, the first one on a tie.
+        let mut best = Verdict::default();
+        let mut consider = |action: u32, rule_id: u32| {
+            if action > best.action {
+                best = Verdict { action, rule_id };
+            }
+        };
+        let mut key = path.as_bytes().to_vec();
+        key.push(0);
+        let Some(prefix) = longest(&self.prefixes, &key) else {
+            return best;
+        };
+        for i in 0..PERM_COUNT as usize {
+            if perms & (1 << i) != 0 {
+                consider(prefix.action[i], prefix.rule_id[i]);
+            }
+        }
+        let reversed: Vec<u8> = path.bytes().rev().collect();
+        if let Some(suffix) = longest(&self.suffixes, &reversed) {
+            let matched = prefix.glob_mask & suffix.glob_mask;
+            for (i, glob) in self.globs.iter().enumerate() {
+                if matched & (1 << i) != 0
+                    && path.len() as u32 >= glob.min_len
+                    && glob.perms & perms != 0
+                {
+                    consider(glob.action, glob.rule_id);
+                }
+            }
+        }
+        best
+    }
 }
 
 pub fn kernel_perms(permissions: &[Permission]) -> u32 {
@@ -719,44 +761,9 @@ mod tests {
         )
     }
 
-    /// What the kernel decides for `path`: the same lookups as ebpf/programs/path_match.h.
     fn decide(policy: &CompiledPolicy, path: &str, perms: u32) -> (u32, u32) {
-        fn longest<'a>(entries: &'a [TrieEntry], key: &[u8]) -> Option<&'a PathVerdict> {
-            entries
-                .iter()
-                .filter(|entry| key.starts_with(&entry.key))
-                .max_by_key(|entry| entry.key.len())
-                .map(|entry| &entry.verdict)
-        }
-        let mut key = path.as_bytes().to_vec();
-        key.push(0);
-        let mut best = (0, 0);
-        let mut consider = |action: u32, rule_id: u32| {
-            if action > best.0 {
-                best = (action, rule_id);
-            }
-        };
-        let Some(prefix) = longest(&policy.prefixes, &key) else {
-            return best;
-        };
-        for i in 0..PERM_COUNT as usize {
-            if perms & (1 << i) != 0 {
-                consider(prefix.action[i], prefix.rule_id[i]);
-            }
-        }
-        let reversed: Vec<u8> = path.bytes().rev().collect();
-        if let Some(suffix) = longest(&policy.suffixes, &reversed) {
-            let matched = prefix.glob_mask & suffix.glob_mask;
-            for (i, glob) in policy.globs.iter().enumerate() {
-                if matched & (1 << i) != 0
-                    && path.len() as u32 >= glob.min_len
-                    && glob.perms & perms != 0
-                {
-                    consider(glob.action, glob.rule_id);
-                }
-            }
-        }
-        best
+        let verdict = policy.decide_path(path, perms);
+        (verdict.action, verdict.rule_id)
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod compile;
 mod effect;
 mod model;
 mod pattern;
+mod replay;
 
 use std::path::Path;
 
@@ -17,6 +18,7 @@ pub use model::{
     Target,
 };
 pub use pattern::Pattern;
+pub use replay::decide_event;
 
 /// A policy that cannot be used, and why: the file, the field (a path such as
 /// `spec.enhanceProtect.customRules.files[0].paths[1]`) and the reason.

@@ -1,5 +1,6 @@
 //! `palisade rules build DIR`: a Rust rule crate (using palisade-rule-sdk) built for
-//! `wasm32-unknown-unknown` and wrapped as a component, the form the agent loads.
+//! `wasm32-unknown-unknown` and wrapped as a component, or the Rego files of DIR compiled by
+//! `opa build -t wasm`: the two forms the agent loads.
 
 use std::{
     path::{Path, PathBuf},
@@ -8,18 +9,72 @@ use std::{
 
 use anyhow::{Context, ensure};
 
-/// Builds the rule crate in `dir` and writes the component to `out`; returns its SHA-256
-/// digest (hex).
+/// Builds the rule module in `dir` and writes it to `out`; returns its SHA-256 digest (hex).
 pub fn build(dir: &Path, out: &Path) -> anyhow::Result<String> {
-    let manifest = dir.join("Cargo.toml");
+    let module = if dir.join("Cargo.toml").is_file() {
+        build_rust(dir)?
+    } else {
+        build_rego(dir)?
+    };
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(out, &module).with_context(|| format!("writing {}", out.display()))?;
+    Ok(super::host::hex_digest(&module))
+}
+
+/// The policy.wasm `opa build` makes of DIR's *.rego files (the JSON fixtures beside them stay
+/// out of the bundle's data).
+fn build_rego(dir: &Path) -> anyhow::Result<Vec<u8>> {
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|entry| Some(entry.ok()?.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "rego"))
+        .collect();
+    sources.sort();
     ensure!(
-        manifest.is_file(),
-        "{}: no Cargo.toml: a rule module is a Rust crate using palisade-rule-sdk",
+        !sources.is_empty(),
+        "{}: neither a Rust crate (Cargo.toml) nor Rego files (*.rego)",
         dir.display()
     );
-    let core = build_core(&manifest)?;
+    let work = std::env::temp_dir().join(format!("palisade-rego-{}", std::process::id()));
+    std::fs::create_dir_all(&work)?;
+    let bundle = work.join("bundle.tar.gz");
+    let status = Command::new("opa")
+        .args(["build", "-t", "wasm"])
+        .args([
+            "-e",
+            super::opa::COMPILE_ENTRYPOINT,
+            "-e",
+            super::opa::DECIDE_ENTRYPOINT,
+        ])
+        .arg("-o")
+        .arg(&bundle)
+        .args(&sources)
+        .status()
+        .context("running opa (scripts/install.sh installs it)")?;
+    ensure!(status.success(), "opa build failed for {}", dir.display());
+    let status = Command::new("tar")
+        .arg("-xzf")
+        .arg(&bundle)
+        .arg("-C")
+        .arg(&work)
+        .arg("/policy.wasm")
+        // GNU tar notes that it drops the leading "/": nothing to report.
+        .stderr(Stdio::null())
+        .status()
+        .context("running tar")?;
+    ensure!(status.success(), "the bundle opa built has no policy.wasm");
+    let module = std::fs::read(work.join("policy.wasm"))?;
+    std::fs::remove_dir_all(&work)?;
+    Ok(module)
+}
+
+/// The component built from the rule crate in `dir`.
+fn build_rust(dir: &Path) -> anyhow::Result<Vec<u8>> {
+    let core = build_core(&dir.join("Cargo.toml"))?;
     let bytes = std::fs::read(&core).with_context(|| format!("reading {}", core.display()))?;
-    let component = wit_component::ComponentEncoder::default()
+    wit_component::ComponentEncoder::default()
         .module(&bytes)
         .and_then(|encoder| encoder.validate(true).encode())
         .map_err(|err| anyhow::anyhow!("{err:#}"))
@@ -28,12 +83,7 @@ pub fn build(dir: &Path, out: &Path) -> anyhow::Result<String> {
                 "{}: not a rule module (does it export a rule with palisade_rule_sdk::rule!?)",
                 core.display()
             )
-        })?;
-    if let Some(parent) = out.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(out, &component).with_context(|| format!("writing {}", out.display()))?;
-    Ok(super::host::hex_digest(&component))
+        })
 }
 
 /// `cargo build --release` for wasm32-unknown-unknown; returns the core module built.

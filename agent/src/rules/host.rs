@@ -10,6 +10,8 @@ use std::{
 };
 
 use sha2::{Digest, Sha256};
+
+use super::opa::{OpaModule, is_core_module};
 use wasmtime::{
     Config, Engine, Store, StoreLimits, StoreLimitsBuilder, Trap,
     component::{Component, Linker},
@@ -80,8 +82,8 @@ pub enum ModuleError {
         actual: String,
     },
     #[error(
-        "{path}: not a rule module for palisade:rule@{ABI_VERSION} (a component exporting \
-         `compile` and `decide` and importing nothing): {reason}"
+        "{path}: not a rule module this agent runs (a component of palisade:rule@{ABI_VERSION}, \
+         or a Rego policy with the entrypoints palisade/compile and palisade/decide): {reason}"
     )]
     Abi { path: PathBuf, reason: String },
     #[error("stopped ({}): {message}", kind.name())]
@@ -113,7 +115,7 @@ impl ModuleError {
     }
 }
 
-struct State {
+pub(super) struct State {
     limits: StoreLimits,
 }
 
@@ -132,7 +134,14 @@ pub struct LoadedModule {
     /// SHA-256 of the module's bytes, in hex.
     pub digest: String,
     engine: Engine,
-    pre: RulePre<State>,
+    kind: Kind,
+}
+
+enum Kind {
+    /// A component of the `palisade:rule` world (Rust, or any language with WIT bindings).
+    Component(RulePre<State>),
+    /// A Rego policy compiled by `opa build -t wasm`.
+    Rego(OpaModule),
 }
 
 pub(super) fn hex_digest(bytes: &[u8]) -> String {
@@ -191,14 +200,24 @@ impl RuleHost {
         if let Some(module) = self.lock().get(&digest) {
             return Ok(module.clone());
         }
-        let abi = |err: wasmtime::Error| ModuleError::Abi {
+        let abi = |reason: String| ModuleError::Abi {
             path: path.to_owned(),
-            reason: format!("{err:#}"),
+            reason,
         };
-        let component = self.component(&bytes, &digest).map_err(abi)?;
-        let pre = self.linker.instantiate_pre(&component).map_err(abi)?;
+        let kind = if is_core_module(&bytes) {
+            let module = wasmtime::Module::new(&self.engine, &bytes)
+                .map_err(|err| abi(format!("{err:#}")))?;
+            // The budget starts once compiled: compiling is not the module's doing.
+            let mut store = store(&self.engine, COMPILE_BUDGET);
+            Kind::Rego(OpaModule::load(module, &mut store).map_err(abi)?)
+        } else {
+            let abi = |err: wasmtime::Error| abi(format!("{err:#}"));
+            let component = self.component(&bytes, &digest).map_err(abi)?;
+            let pre = self.linker.instantiate_pre(&component).map_err(abi)?;
+            Kind::Component(RulePre::new(pre).map_err(abi)?)
+        };
         let module = Arc::new(LoadedModule {
-            pre: RulePre::new(pre).map_err(abi)?,
+            kind,
             digest: digest.clone(),
             engine: self.engine.clone(),
         });
@@ -252,6 +271,8 @@ impl RuleHost {
 pub struct Inspection {
     /// SHA-256 of the file, in hex: what a policy's `sha256` must say.
     pub digest: String,
+    /// What the agent takes the module for, and the ABI it must follow.
+    pub kind: &'static str,
     pub size: usize,
     /// "NAME (KIND)" of each import and export.
     pub imports: Vec<String>,
@@ -278,17 +299,41 @@ impl RuleHost {
             error,
         })?;
         let digest = hex_digest(&bytes);
-        let component = Component::new(&self.engine, &bytes).map_err(|err| ModuleError::Abi {
+        let invalid = |err: wasmtime::Error| ModuleError::Abi {
             path: path.to_owned(),
             reason: format!("{err:#}"),
-        })?;
-        let ty = component.component_type();
-        let named = |(name, item): (&str, wasmtime::component::types::ComponentExtern)| {
-            format!("{name} ({})", item_kind(&item.ty))
+        };
+        let rego = is_core_module(&bytes);
+        let (imports, exports) = if rego {
+            let module = wasmtime::Module::new(&self.engine, &bytes).map_err(invalid)?;
+            let imports = module
+                .imports()
+                .map(|import| format!("{}.{} (core)", import.module(), import.name()))
+                .collect();
+            let exports = module
+                .exports()
+                .map(|export| format!("{} (core)", export.name()))
+                .collect();
+            (imports, exports)
+        } else {
+            let component = Component::new(&self.engine, &bytes).map_err(invalid)?;
+            let ty = component.component_type();
+            let named = |(name, item): (&str, wasmtime::component::types::ComponentExtern)| {
+                format!("{name} ({})", item_kind(&item.ty))
+            };
+            (
+                ty.imports(&self.engine).map(named).collect(),
+                ty.exports(&self.engine).map(named).collect(),
+            )
         };
         Ok(Inspection {
-            imports: ty.imports(&self.engine).map(named).collect(),
-            exports: ty.exports(&self.engine).map(named).collect(),
+            kind: if rego {
+                "a Rego policy (OPA Wasm ABI 1.x, entrypoints palisade/compile and palisade/decide)"
+            } else {
+                "a component (palisade:rule@0.1.0)"
+            },
+            imports,
+            exports,
             runnable: self
                 .load(path, &digest)
                 .map(drop)
@@ -299,33 +344,35 @@ impl RuleHost {
     }
 }
 
-impl LoadedModule {
-    /// A store for one call: the memory limit, and `budget` from now.
-    fn store(&self, budget: Duration) -> Store<State> {
-        let mut store = Store::new(
-            &self.engine,
-            State {
-                limits: StoreLimitsBuilder::new()
-                    .memory_size(MEMORY_LIMIT)
-                    .trap_on_grow_failure(true)
-                    .build(),
-            },
-        );
-        store.limiter(|state| &mut state.limits);
-        let ticks = budget.as_millis() / EPOCH_TICK.as_millis();
-        store.set_epoch_deadline(ticks.max(1) as u64);
-        store.epoch_deadline_trap();
-        store
-    }
+/// A store for one call: the memory limit, and `budget` from now.
+fn store(engine: &Engine, budget: Duration) -> Store<State> {
+    let mut store = Store::new(
+        engine,
+        State {
+            limits: StoreLimitsBuilder::new()
+                .memory_size(MEMORY_LIMIT)
+                .trap_on_grow_failure(true)
+                .build(),
+        },
+    );
+    store.limiter(|state| &mut state.limits);
+    let ticks = budget.as_millis() / EPOCH_TICK.as_millis();
+    store.set_epoch_deadline(ticks.max(1) as u64);
+    store.epoch_deadline_trap();
+    store
+}
 
+impl LoadedModule {
     /// The kernel rules the module makes of `config` (JSON).
     pub fn compile(&self, config: &str, context: &Context) -> Result<Vec<Entry>, ModuleError> {
-        let mut store = self.store(COMPILE_BUDGET);
-        let rule = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(ModuleError::failed)?;
-        rule.call_compile(&mut store, config, context)
+        let mut store = store(&self.engine, COMPILE_BUDGET);
+        let compiled = match &self.kind {
+            Kind::Component(pre) => pre
+                .instantiate(&mut store)
+                .and_then(|rule| rule.call_compile(&mut store, config, context)),
+            Kind::Rego(opa) => opa.compile(&mut store, config, context),
+        };
+        compiled
             .map_err(ModuleError::failed)?
             .map_err(ModuleError::Refused)
     }
@@ -333,14 +380,14 @@ impl LoadedModule {
     /// The module's verdicts on `events` of a policy that uses it with `config`, one each, in
     /// order.
     pub fn decide(&self, config: &str, events: &[Event]) -> Result<Vec<Verdict>, ModuleError> {
-        let mut store = self.store(DECIDE_BUDGET);
-        let rule = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(ModuleError::failed)?;
-        let verdicts = rule
-            .call_decide(&mut store, config, events)
-            .map_err(ModuleError::failed)?;
+        let mut store = store(&self.engine, DECIDE_BUDGET);
+        let verdicts = match &self.kind {
+            Kind::Component(pre) => pre
+                .instantiate(&mut store)
+                .and_then(|rule| rule.call_decide(&mut store, config, events)),
+            Kind::Rego(opa) => opa.decide(&mut store, config, events),
+        }
+        .map_err(ModuleError::failed)?;
         if verdicts.len() != events.len() {
             return Err(ModuleError::Failed {
                 kind: FailureKind::Malformed,

@@ -5,7 +5,7 @@
 //! "audit"}]}` with `disable-cap-<name>`, `disable-cap-all`, `disable-cap-privileged` (every
 //! capability containerd does not grant by default) and `disable-cap-all-except-net-bind-service`.
 
-use palisade_rule_sdk::{Action, Context, Entry, Rule};
+use palisade_rule_sdk::{Context, Entry, NamedRules, Rule};
 
 /// What containerd grants by default.
 const DEFAULT_CAPS: [&str; 14] = [
@@ -24,26 +24,6 @@ const DEFAULT_CAPS: [&str; 14] = [
     "audit_write",
     "setfcap",
 ];
-
-#[derive(serde::Deserialize)]
-#[serde(untagged)]
-enum RuleRef {
-    Name(String),
-    WithAction { name: String, action: Act },
-}
-
-#[derive(serde::Deserialize, Clone, Copy)]
-#[serde(rename_all = "lowercase")]
-enum Act {
-    Deny,
-    Audit,
-}
-
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Config {
-    rules: Vec<RuleRef>,
-}
 
 /// "all" with `except` taken out.
 fn all_except(except: &[&str]) -> Vec<String> {
@@ -68,24 +48,10 @@ fn capabilities(rule: &str) -> Result<Vec<String>, String> {
 struct Capabilities;
 
 impl Rule for Capabilities {
-    type Config = Config;
+    type Config = NamedRules;
 
-    fn compile(config: Config, _: &Context) -> Result<Vec<Entry>, String> {
-        config
-            .rules
-            .iter()
-            .map(|rule| {
-                let (name, action) = match rule {
-                    RuleRef::Name(name) => (name, Act::Deny),
-                    RuleRef::WithAction { name, action } => (name, *action),
-                };
-                let action = match action {
-                    Act::Deny => Action::Deny,
-                    Act::Audit => Action::Audit,
-                };
-                Ok(Entry::capabilities(name, capabilities(name)?, action))
-            })
-            .collect()
+    fn compile(config: NamedRules, _: &Context) -> Result<Vec<Entry>, String> {
+        config.entries(|name, action| Ok(Entry::capabilities(name, capabilities(name)?, action)))
     }
 }
 

@@ -17,7 +17,7 @@ use palisade_rule_sdk::{Action, Context, Entry, Event, Permission, Rule, Severit
 
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Config {
+pub struct Config {
     paths: Vec<String>,
     #[serde(default)]
     kill: Vec<String>,
@@ -25,7 +25,7 @@ struct Config {
     quiet: Vec<String>,
 }
 
-struct ProtectFiles;
+pub struct ProtectFiles;
 
 impl Rule for ProtectFiles {
     type Config = Config;

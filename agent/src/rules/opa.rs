@@ -1,0 +1,458 @@
+//! Rego policies compiled by `opa build -t wasm` (OPA's Wasm ABI 1.x) as rule modules. The
+//! policy is a core module importing its memory and a few `env` functions; its entrypoints
+//! `palisade/compile` and `palisade/decide` play the parts of the component exports:
+//!
+//! - `data.palisade.compile`, with input `{"config": ..., "context": {...}}`: a list of rules
+//!   `{"name": N, "action": "deny"|"audit", "files": {"paths": [...], "permissions": [...]}}`
+//!   (or `"exec": [paths]`, `"network": {"addresses", "ports", "protocols"}`, `"mount": [types]`,
+//!   `"capabilities": [names]`), or `{"error": "why"}`;
+//! - `data.palisade.decide`, with input `{"config": ..., "event": {...}}`: `{"keep", "severity",
+//!   "tags", "annotations", "kill"}`, every field optional (undefined: keep the event).
+//!
+//! Builtins the host would have to implement are refused when the module is loaded.
+
+use serde::Deserialize;
+use wasmtime::{Extern, ExternType, Func, Instance, Memory, MemoryType, Module, Store, TypedFunc};
+
+use super::host::{State, types};
+
+pub const COMPILE_ENTRYPOINT: &str = "palisade/compile";
+pub const DECIDE_ENTRYPOINT: &str = "palisade/decide";
+
+/// A Rego policy checked against the ABI.
+pub struct OpaModule {
+    module: Module,
+    compile: i32,
+    decide: i32,
+}
+
+/// One instance: its memory, the functions the host calls, and where its heap starts once the
+/// (empty) data document is in place.
+struct Opa {
+    memory: Memory,
+    malloc: TypedFunc<i32, i32>,
+    json_parse: TypedFunc<(i32, i32), i32>,
+    json_dump: TypedFunc<i32, i32>,
+    ctx_new: TypedFunc<(), i32>,
+    ctx_set_input: TypedFunc<(i32, i32), ()>,
+    ctx_set_data: TypedFunc<(i32, i32), ()>,
+    ctx_set_entrypoint: TypedFunc<(i32, i32), ()>,
+    ctx_get_result: TypedFunc<i32, i32>,
+    eval: TypedFunc<i32, i32>,
+    heap_ptr_set: TypedFunc<i32, ()>,
+    heap_base: i32,
+    data: i32,
+}
+
+/// Whether `bytes` are a core module (an OPA policy) rather than a component.
+pub fn is_core_module(bytes: &[u8]) -> bool {
+    bytes.get(4..8) == Some(&[1, 0, 0, 0])
+}
+
+/// Instantiates the policy with the imports it needs: its memory, `opa_abort` and `opa_println`
+/// (builtins never run: modules needing them are refused at load).
+fn instantiate(store: &mut Store<State>, module: &Module) -> wasmtime::Result<(Instance, Memory)> {
+    let mut imports = Vec::new();
+    let mut memory = None;
+    for import in module.imports() {
+        let item: Extern = match (import.module(), import.name(), import.ty()) {
+            ("env", "memory", ExternType::Memory(ty)) => {
+                let created = Memory::new(&mut *store, MemoryType::new(ty.minimum() as u32, None))?;
+                memory = Some(created);
+                created.into()
+            }
+            ("env", "opa_abort", _) => Func::wrap(&mut *store, |_: i32| -> wasmtime::Result<()> {
+                Err(wasmtime::Error::msg("the policy aborted (opa_abort)"))
+            })
+            .into(),
+            ("env", "opa_println", _) => Func::wrap(&mut *store, |_: i32| {}).into(),
+            ("env", name, ExternType::Func(ty)) if name.starts_with("opa_builtin") => {
+                Func::new(&mut *store, ty, |_, _, _| {
+                    Err(wasmtime::Error::msg("builtins are not provided"))
+                })
+                .into()
+            }
+            (module, name, _) => {
+                return Err(wasmtime::Error::msg(format!(
+                    "it imports {module}.{name}, which the agent does not provide"
+                )));
+            }
+        };
+        imports.push(item);
+    }
+    let memory = memory.ok_or_else(|| wasmtime::Error::msg("it imports no env.memory"))?;
+    Ok((Instance::new(store, module, &imports)?, memory))
+}
+
+impl Opa {
+    fn new(
+        store: &mut Store<State>,
+        instance: &Instance,
+        memory: Memory,
+    ) -> wasmtime::Result<Self> {
+        let mut opa = Self {
+            memory,
+            malloc: instance.get_typed_func(&mut *store, "opa_malloc")?,
+            json_parse: instance.get_typed_func(&mut *store, "opa_json_parse")?,
+            json_dump: instance.get_typed_func(&mut *store, "opa_json_dump")?,
+            ctx_new: instance.get_typed_func(&mut *store, "opa_eval_ctx_new")?,
+            ctx_set_input: instance.get_typed_func(&mut *store, "opa_eval_ctx_set_input")?,
+            ctx_set_data: instance.get_typed_func(&mut *store, "opa_eval_ctx_set_data")?,
+            ctx_set_entrypoint: instance
+                .get_typed_func(&mut *store, "opa_eval_ctx_set_entrypoint")?,
+            ctx_get_result: instance.get_typed_func(&mut *store, "opa_eval_ctx_get_result")?,
+            eval: instance.get_typed_func(&mut *store, "eval")?,
+            heap_ptr_set: instance.get_typed_func(&mut *store, "opa_heap_ptr_set")?,
+            heap_base: 0,
+            data: 0,
+        };
+        opa.data = opa.parse(store, "{}")?;
+        let heap_ptr_get: TypedFunc<(), i32> =
+            instance.get_typed_func(&mut *store, "opa_heap_ptr_get")?;
+        opa.heap_base = heap_ptr_get.call(&mut *store, ())?;
+        Ok(opa)
+    }
+    /// Parses `json` into a value on the instance's heap.
+    fn parse(&self, store: &mut Store<State>, json: &str) -> wasmtime::Result<i32> {
+        let len = i32::try_from(json.len())?;
+        let addr = self.malloc.call(&mut *store, len)?;
+        self.memory
+            .write(&mut *store, usize::try_from(addr)?, json.as_bytes())?;
+        let value = self.json_parse.call(&mut *store, (addr, len))?;
+        if value == 0 {
+            return Err(wasmtime::Error::msg("the policy could not parse its input"));
+        }
+        Ok(value)
+    }
+
+    /// Reads the NUL-terminated string at `addr`.
+    fn string(&self, store: &Store<State>, addr: i32) -> wasmtime::Result<String> {
+        let data = self.memory.data(store);
+        let start = usize::try_from(addr)?;
+        let tail = data
+            .get(start..)
+            .ok_or_else(|| wasmtime::Error::msg("a string outside memory"))?;
+        let end = tail
+            .iter()
+            .position(|&byte| byte == 0)
+            .ok_or_else(|| wasmtime::Error::msg("an unterminated string"))?;
+        Ok(String::from_utf8_lossy(&tail[..end]).into_owned())
+    }
+
+    /// Evaluates `entrypoint` on `input` (JSON); the rule's value, None when undefined. The
+    /// heap is reset first, so an instance evaluates any number of inputs in constant memory.
+    fn eval(
+        &self,
+        store: &mut Store<State>,
+        entrypoint: i32,
+        input: &str,
+    ) -> wasmtime::Result<Option<serde_json::Value>> {
+        self.heap_ptr_set.call(&mut *store, self.heap_base)?;
+        let input = self.parse(store, input)?;
+        let ctx = self.ctx_new.call(&mut *store, ())?;
+        self.ctx_set_data.call(&mut *store, (ctx, self.data))?;
+        self.ctx_set_input.call(&mut *store, (ctx, input))?;
+        self.ctx_set_entrypoint
+            .call(&mut *store, (ctx, entrypoint))?;
+        let error = self.eval.call(&mut *store, ctx)?;
+        if error != 0 {
+            return Err(wasmtime::Error::msg(format!(
+                "the policy's evaluation failed (error {error})"
+            )));
+        }
+        let result = self.ctx_get_result.call(&mut *store, ctx)?;
+        let dumped = self.json_dump.call(&mut *store, result)?;
+        let text = self.string(store, dumped)?;
+        // A result set: [{"result": VALUE}], or [] when the rule is undefined.
+        let results: Vec<serde_json::Value> = serde_json::from_str(&text)?;
+        Ok(results
+            .into_iter()
+            .next()
+            .and_then(|mut entry| entry.get_mut("result").map(serde_json::Value::take)))
+    }
+
+    /// A JSON document the module returned from an export (`builtins`, `entrypoints`).
+    fn document(
+        &self,
+        store: &mut Store<State>,
+        instance: &Instance,
+        export: &str,
+    ) -> wasmtime::Result<serde_json::Value> {
+        let func: TypedFunc<(), i32> = instance.get_typed_func(&mut *store, export)?;
+        let value = func.call(&mut *store, ())?;
+        let dumped = self.json_dump.call(&mut *store, value)?;
+        let text = self.string(store, dumped)?;
+        Ok(serde_json::from_str(&text)?)
+    }
+}
+
+impl OpaModule {
+    /// Checks a compiled Rego policy against the ABI: its exports, no builtins, both
+    /// entrypoints. `store` gives the check its limits and time budget.
+    pub fn load(module: Module, store: &mut Store<State>) -> Result<Self, String> {
+        let (instance, memory) = instantiate(store, &module).map_err(|err| format!("{err:#}"))?;
+        let opa = Opa::new(store, &instance, memory)
+            .map_err(|err| format!("not an OPA Wasm policy (ABI 1.x): {err:#}"))?;
+        let builtins = opa
+            .document(store, &instance, "builtins")
+            .map_err(|err| format!("{err:#}"))?;
+        if let Some(needed) = builtins.as_object().filter(|needed| !needed.is_empty()) {
+            let names: Vec<&str> = needed.keys().map(String::as_str).collect();
+            return Err(format!(
+                "the policy needs builtins the agent does not provide: {}",
+                names.join(", ")
+            ));
+        }
+        let entrypoints = opa
+            .document(store, &instance, "entrypoints")
+            .map_err(|err| format!("{err:#}"))?;
+        let entrypoint = |name: &str| {
+            entrypoints[name]
+                .as_i64()
+                .and_then(|id| i32::try_from(id).ok())
+                .ok_or_else(|| {
+                    format!(
+                        "no entrypoint {name}: build it with `opa build -t wasm -e {COMPILE_ENTRYPOINT} -e {DECIDE_ENTRYPOINT}`"
+                    )
+                })
+        };
+        Ok(Self {
+            compile: entrypoint(COMPILE_ENTRYPOINT)?,
+            decide: entrypoint(DECIDE_ENTRYPOINT)?,
+            module,
+        })
+    }
+
+    pub fn compile(
+        &self,
+        store: &mut Store<State>,
+        config: &str,
+        context: &types::Context,
+    ) -> wasmtime::Result<Result<Vec<types::Entry>, String>> {
+        let (instance, memory) = instantiate(store, &self.module)?;
+        let opa = Opa::new(store, &instance, memory)?;
+        let input = format!(
+            "{{\"config\": {config}, \"context\": {}}}",
+            serde_json::json!({
+                "policy": context.policy,
+                "node": context.node,
+                "kube_apiserver": context.kube_apiserver,
+            })
+        );
+        let Some(result) = opa.eval(store, self.compile, &input)? else {
+            return Ok(Ok(Vec::new()));
+        };
+        if let Some(error) = result.get("error").and_then(serde_json::Value::as_str) {
+            return Ok(Err(error.to_owned()));
+        }
+        let rules: Vec<RegoRule> = serde_json::from_value(result)
+            .map_err(|err| wasmtime::Error::msg(format!("malformed rules: {err}")))?;
+        Ok(Ok(rules
+            .into_iter()
+            .map(RegoRule::entry)
+            .collect::<Result<_, _>>()
+            .map_err(wasmtime::Error::msg)?))
+    }
+
+    pub fn decide(
+        &self,
+        store: &mut Store<State>,
+        config: &str,
+        events: &[types::Event],
+    ) -> wasmtime::Result<Vec<types::Verdict>> {
+        let (instance, memory) = instantiate(store, &self.module)?;
+        let opa = Opa::new(store, &instance, memory)?;
+        events
+            .iter()
+            .map(|event| {
+                let input = format!("{{\"config\": {config}, \"event\": {}}}", event.json);
+                let verdict: RegoVerdict = match opa.eval(store, self.decide, &input)? {
+                    Some(result) => serde_json::from_value(result)
+                        .map_err(|err| wasmtime::Error::msg(format!("malformed verdict: {err}")))?,
+                    None => RegoVerdict::default(),
+                };
+                Ok(verdict.into())
+            })
+            .collect()
+    }
+}
+
+/// A rule as Rego returns it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegoRule {
+    name: String,
+    action: RegoAction,
+    #[serde(default)]
+    files: Option<RegoFiles>,
+    #[serde(default)]
+    exec: Option<Vec<String>>,
+    #[serde(default)]
+    network: Option<RegoNetwork>,
+    #[serde(default)]
+    mount: Option<Vec<String>>,
+    #[serde(default)]
+    capabilities: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RegoAction {
+    Deny,
+    Audit,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegoFiles {
+    paths: Vec<String>,
+    permissions: Vec<RegoPermission>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RegoPermission {
+    Read,
+    Write,
+    Append,
+    Exec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegoNetwork {
+    #[serde(default)]
+    addresses: Vec<String>,
+    /// Numbers or "LOW-HIGH" ranges.
+    #[serde(default)]
+    ports: Vec<serde_json::Value>,
+    #[serde(default)]
+    protocols: Vec<RegoProtocol>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RegoProtocol {
+    Tcp,
+    Udp,
+    Icmp,
+}
+
+impl RegoRule {
+    fn entry(self) -> Result<types::Entry, String> {
+        use types::{Matcher, Permission, Protocol};
+        let name = self.name;
+        let mut matchers = Vec::new();
+        if let Some(files) = self.files {
+            matchers.push(Matcher::Files(types::FileRule {
+                paths: files.paths,
+                permissions: files
+                    .permissions
+                    .into_iter()
+                    .map(|permission| match permission {
+                        RegoPermission::Read => Permission::Read,
+                        RegoPermission::Write => Permission::Write,
+                        RegoPermission::Append => Permission::Append,
+                        RegoPermission::Exec => Permission::Exec,
+                    })
+                    .collect(),
+            }));
+        }
+        if let Some(paths) = self.exec {
+            matchers.push(Matcher::Exec(paths));
+        }
+        if let Some(network) = self.network {
+            matchers.push(Matcher::Network(types::NetworkRule {
+                addresses: network.addresses,
+                ports: network
+                    .ports
+                    .iter()
+                    .map(|port| match port {
+                        serde_json::Value::String(range) => range.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect(),
+                protocols: network
+                    .protocols
+                    .into_iter()
+                    .map(|protocol| match protocol {
+                        RegoProtocol::Tcp => Protocol::Tcp,
+                        RegoProtocol::Udp => Protocol::Udp,
+                        RegoProtocol::Icmp => Protocol::Icmp,
+                    })
+                    .collect(),
+            }));
+        }
+        if let Some(fs_types) = self.mount {
+            matchers.push(Matcher::Mount(fs_types));
+        }
+        if let Some(capabilities) = self.capabilities {
+            matchers.push(Matcher::Capabilities(capabilities));
+        }
+        let [matcher] = <[Matcher; 1]>::try_from(matchers).map_err(|_| {
+            format!(
+                "rule \"{name}\" needs exactly one of files, exec, network, mount, capabilities"
+            )
+        })?;
+        Ok(types::Entry {
+            name,
+            matcher,
+            action: match self.action {
+                RegoAction::Deny => types::Action::Deny,
+                RegoAction::Audit => types::Action::Audit,
+            },
+        })
+    }
+}
+
+/// A verdict as Rego returns it: every field optional.
+#[derive(Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct RegoVerdict {
+    keep: bool,
+    severity: Option<RegoSeverity>,
+    tags: Vec<String>,
+    annotations: std::collections::BTreeMap<String, String>,
+    kill: bool,
+}
+
+impl Default for RegoVerdict {
+    fn default() -> Self {
+        Self {
+            keep: true,
+            severity: None,
+            tags: Vec::new(),
+            annotations: Default::default(),
+            kill: false,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RegoSeverity {
+    Info,
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl From<RegoVerdict> for types::Verdict {
+    fn from(verdict: RegoVerdict) -> Self {
+        use types::Severity;
+        Self {
+            keep: verdict.keep,
+            severity: verdict.severity.map(|severity| match severity {
+                RegoSeverity::Info => Severity::Info,
+                RegoSeverity::Low => Severity::Low,
+                RegoSeverity::Medium => Severity::Medium,
+                RegoSeverity::High => Severity::High,
+                RegoSeverity::Critical => Severity::Critical,
+            }),
+            tags: verdict.tags,
+            annotations: verdict.annotations.into_iter().collect(),
+            kill: verdict.kill,
+        }
+    }
+}
