@@ -3,6 +3,7 @@
 use std::{
     collections::HashMap,
     net::SocketAddr,
+    os::unix::fs::DirBuilderExt,
     path::{Path, PathBuf},
     sync::{
         Arc,
@@ -37,6 +38,7 @@ const FALCO_GRACE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, clap::Args)]
 pub struct AgentArgs {
+    /// The directory of policy files (*.yaml, *.yml) to enforce.
     #[arg(long, value_name = "DIR", required_unless_present = "cleanup")]
     pub policy_dir: Option<PathBuf>,
     /// Append audit events (JSON lines) to FILE instead of stdout.
@@ -486,7 +488,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let mut own_files = vec![dir.as_path()];
+    // Compiled modules are loaded as native code: only root may write there, and no target.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&args.rules_cache)
+        .with_context(|| format!("creating {}", args.rules_cache.display()))?;
+    let mut own_files = vec![dir.as_path(), args.rules_cache.as_path()];
     own_files.extend(args.events.as_deref());
     session.protect_own_files(&own_files)?;
 

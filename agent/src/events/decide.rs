@@ -14,7 +14,7 @@ use std::{
 
 use tracing::warn;
 
-use super::AuditEvent;
+use super::{AuditEvent, ModuleFailure};
 use crate::{
     bpf::InstalledPolicy,
     metrics::RuleModuleMetrics,
@@ -27,6 +27,7 @@ const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 pub struct Deciding {
     host: RuleHost,
+    node: String,
     metrics: RuleModuleMetrics,
     /// Where cgroup v2 is mounted: a process is killed only if it is still in the cgroup that
     /// caused the event.
@@ -35,19 +36,29 @@ pub struct Deciding {
     logged: HashMap<(String, &'static str), Instant>,
 }
 
+/// What a batch became: the events to keep, in order, and the failures to report.
+#[derive(Debug, Default)]
+pub struct Decided {
+    pub events: Vec<AuditEvent>,
+    pub failures: Vec<ModuleFailure>,
+}
+
 /// A decoded event and the policy it names.
 pub struct Decoded {
     pub event: AuditEvent,
     pub policy: Option<Arc<InstalledPolicy>>,
 }
 
-fn severity_name(severity: Severity) -> &'static str {
+/// Severity names, lowest first.
+const SEVERITIES: [&str; 5] = ["info", "low", "medium", "high", "critical"];
+
+fn severity_rank(severity: Severity) -> usize {
     match severity {
-        Severity::Info => "info",
-        Severity::Low => "low",
-        Severity::Medium => "medium",
-        Severity::High => "high",
-        Severity::Critical => "critical",
+        Severity::Info => 0,
+        Severity::Low => 1,
+        Severity::Medium => 2,
+        Severity::High => 3,
+        Severity::Critical => 4,
     }
 }
 
@@ -60,14 +71,15 @@ impl Deciding {
     pub fn new(host: RuleHost, metrics: RuleModuleMetrics, cgroup_mount: PathBuf) -> Self {
         Self {
             host,
+            node: crate::policy::Environment::from_process().node,
             metrics,
             cgroup_mount,
             logged: HashMap::new(),
         }
     }
 
-    /// Applies the verdicts of the events' rule modules; returns the events to keep, in order.
-    pub fn apply(&mut self, batch: Vec<Decoded>) -> Vec<AuditEvent> {
+    /// Applies the verdicts of the events' rule modules.
+    pub fn apply(&mut self, batch: Vec<Decoded>) -> Decided {
         // Events by the module (and configuration) that decides them, in order of appearance.
         let mut groups: Vec<(Decider, Vec<usize>)> = Vec::new();
         for (index, decoded) in batch.iter().enumerate() {
@@ -83,9 +95,10 @@ impl Deciding {
         }
         let mut events: Vec<AuditEvent> = batch.into_iter().map(|decoded| decoded.event).collect();
         let mut keep = vec![true; events.len()];
+        let mut failures = Vec::new();
         for (decider, indices) in groups {
             let inputs: Vec<Event> = indices.iter().map(|&i| module_event(&events[i])).collect();
-            match self.decide(&decider, &inputs) {
+            match self.decide(&decider, &inputs, &mut failures) {
                 Some(verdicts) => {
                     for (&index, verdict) in indices.iter().zip(verdicts) {
                         keep[index] &= verdict.keep;
@@ -101,15 +114,24 @@ impl Deciding {
                 None => {}
             }
         }
-        events
-            .into_iter()
-            .zip(keep)
-            .filter_map(|(event, keep)| keep.then_some(event))
-            .collect()
+        Decided {
+            events: events
+                .into_iter()
+                .zip(keep)
+                .filter_map(|(event, keep)| keep.then_some(event))
+                .collect(),
+            failures,
+        }
     }
 
-    /// The module's verdicts, or None when it failed (counted and logged).
-    fn decide(&mut self, decider: &Decider, events: &[Event]) -> Option<Vec<Verdict>> {
+    /// The module's verdicts, or None when it failed (counted; logged and added to `failures`
+    /// at most once a minute per module and kind).
+    fn decide(
+        &mut self,
+        decider: &Decider,
+        events: &[Event],
+        failures: &mut Vec<ModuleFailure>,
+    ) -> Option<Vec<Verdict>> {
         let started = Instant::now();
         let result = match self.host.loaded(&decider.digest) {
             Some(module) => module.decide(&decider.config, events).map_err(|err| {
@@ -142,6 +164,20 @@ impl Deciding {
                         "rule module failed to decide: {message}"
                     );
                     self.logged.insert(key, Instant::now());
+                    failures.push(ModuleFailure {
+                        kind: "rule_module_failure",
+                        time: humantime::format_rfc3339_nanos(std::time::SystemTime::now())
+                            .to_string(),
+                        node: self.node.clone(),
+                        module: decider.name.clone(),
+                        failure: kind,
+                        message,
+                        events: events.len(),
+                        on_failure: match decider.on_failure {
+                            OnFailure::Keep => "keep",
+                            OnFailure::Drop => "drop",
+                        },
+                    });
                 }
                 None
             }
@@ -168,17 +204,12 @@ impl Deciding {
     fn apply_verdict(&self, event: &mut AuditEvent, verdict: Verdict) {
         if let Some(severity) = verdict.severity {
             // The highest severity any module gave.
-            let rank = |name: &str| {
-                ["info", "low", "medium", "high", "critical"]
-                    .iter()
-                    .position(|known| *known == name)
-            };
-            let name = severity_name(severity);
-            if event
+            let rank = severity_rank(severity);
+            let current = event
                 .severity
-                .is_none_or(|current| rank(current) < rank(name))
-            {
-                event.severity = Some(name);
+                .and_then(|name| SEVERITIES.iter().position(|known| *known == name));
+            if current.is_none_or(|current| current < rank) {
+                event.severity = Some(SEVERITIES[rank]);
             }
         }
         event.tags.extend(verdict.tags);

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use tokio::{sync::mpsc, task::JoinHandle};
 use tracing::{info, warn};
 
-use super::{AuditEvent, Sink};
+use super::{AuditEvent, ModuleFailure, Sink};
 use crate::{
     bpf::{HOOKS, SELF_PROTECTION},
     http::client::{Client, ClientError},
@@ -63,9 +63,8 @@ impl FalcoSink {
     }
 }
 
-impl Sink for FalcoSink {
-    fn send(&mut self, event: &AuditEvent) {
-        let body = Bytes::from(falco_output(event).to_string());
+impl FalcoSink {
+    fn enqueue(&mut self, body: Bytes) {
         if self.queue.try_send(body).is_err() {
             self.overflow += 1;
             self.metrics.overflow.inc();
@@ -73,6 +72,16 @@ impl Sink for FalcoSink {
         self.metrics
             .queued
             .set((self.queue.max_capacity() - self.queue.capacity()) as i64);
+    }
+}
+
+impl Sink for FalcoSink {
+    fn send(&mut self, event: &AuditEvent) {
+        self.enqueue(Bytes::from(falco_output(event).to_string()));
+    }
+
+    fn report(&mut self, failure: &ModuleFailure) {
+        self.enqueue(Bytes::from(falco_failure(failure).to_string()));
     }
 
     fn lost(&self) -> u64 {
@@ -143,6 +152,29 @@ fn flatten(fields: &mut Map<String, Value>, prefix: &str, value: Value) {
             fields.insert(prefix.to_owned(), value);
         }
     }
+}
+
+/// A rule module's failure in Falco's JSON output format.
+fn falco_failure(failure: &ModuleFailure) -> Value {
+    let mut fields = Map::new();
+    flatten(
+        &mut fields,
+        "palisade",
+        serde_json::to_value(failure).expect("failures serialize"),
+    );
+    json!({
+        "output": format!(
+            "Error rule module {} failed ({}) on {} events (onFailure {}): {}",
+            failure.module, failure.failure, failure.events, failure.on_failure, failure.message
+        ),
+        "priority": "Error",
+        "rule": "palisade-rule-module-failure",
+        "time": failure.time,
+        "source": "palisade",
+        "hostname": failure.node,
+        "tags": ["palisade", "rule-module"],
+        "output_fields": fields,
+    })
 }
 
 /// The event in Falco's JSON output format: what Falcosidekick accepts on `POST /`.
@@ -280,6 +312,27 @@ mod tests {
         assert_eq!(fields["palisade.policy"], "app");
         assert_eq!(fields["palisade.target.cgroup_path"], "/sys/fs/cgroup/app");
         assert!(fields.get("palisade.signal").is_none(), "absent, not null");
+    }
+
+    #[test]
+    fn module_failures_are_reported_as_errors() {
+        let output = falco_failure(&ModuleFailure {
+            kind: "rule_module_failure",
+            time: "2026-11-22T05:00:00Z".to_owned(),
+            node: "node-1".to_owned(),
+            module: "egress".to_owned(),
+            failure: "timeout",
+            message: "wasm trap: interrupt".to_owned(),
+            events: 12,
+            on_failure: "keep",
+        });
+        assert_eq!(output["priority"], "Error");
+        assert_eq!(output["rule"], "palisade-rule-module-failure");
+        assert_eq!(
+            output["output"],
+            "Error rule module egress failed (timeout) on 12 events (onFailure keep): wasm trap: interrupt"
+        );
+        assert_eq!(output["output_fields"]["palisade.module"], "egress");
     }
 
     /// A Falcosidekick stand-in: records the bodies it is sent and answers `status`.

@@ -6,7 +6,7 @@ mod falco;
 mod reader;
 mod sink;
 
-pub use decide::{Deciding, Decoded};
+pub use decide::{Decided, Deciding, Decoded};
 pub use falco::{FalcoSink, FalcoWorker};
 pub use reader::EventReader;
 pub use sink::{JsonLines, RotatingFile, Rotation, Sink};
@@ -86,6 +86,24 @@ pub struct AuditEvent {
     /// socket_setsockopt: level << 16 | option; socket_create: the type.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arg: Option<u32>,
+}
+
+/// A rule module that failed to decide a batch of events (reported at most once a minute per
+/// module and kind of failure), written next to the audit events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModuleFailure {
+    /// Always "rule_module_failure": what tells these lines from audit events.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub time: String,
+    pub node: String,
+    pub module: String,
+    /// timeout, memory, stack_overflow, trap, malformed or missing.
+    pub failure: &'static str,
+    pub message: String,
+    /// Events of the batch, which `on_failure` applied to.
+    pub events: usize,
+    pub on_failure: &'static str,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -56,9 +56,13 @@ impl EventReader {
                 None => self.undecodable += 1,
             }
         }
-        for event in self.deciding.apply(batch) {
-            for sink in sinks.iter_mut() {
-                sink.send(&event);
+        let decided = self.deciding.apply(batch);
+        for sink in sinks.iter_mut() {
+            for event in &decided.events {
+                sink.send(event);
+            }
+            for failure in &decided.failures {
+                sink.report(failure);
             }
         }
         more

@@ -7,11 +7,13 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::AuditEvent;
+use super::{AuditEvent, ModuleFailure};
 
 /// A destination of audit events. `send` never blocks the loop that reads the kernel's events.
 pub trait Sink: Send {
     fn send(&mut self, event: &AuditEvent);
+    /// A rule module's failure, reported beside the events.
+    fn report(&mut self, failure: &ModuleFailure);
     /// Events this sink has lost so far (failed writes, a full queue).
     fn lost(&self) -> u64;
     /// What the sink is, for reports.
@@ -35,9 +37,9 @@ impl JsonLines {
     }
 }
 
-impl Sink for JsonLines {
-    fn send(&mut self, event: &AuditEvent) {
-        let mut line = serde_json::to_string(event).expect("events serialize");
+impl JsonLines {
+    fn write_line(&mut self, value: &impl serde::Serialize) {
+        let mut line = serde_json::to_string(value).expect("events serialize");
         // One write per line: a rotating file never splits one.
         line.push('\n');
         if self
@@ -48,6 +50,16 @@ impl Sink for JsonLines {
         {
             self.failed += 1;
         }
+    }
+}
+
+impl Sink for JsonLines {
+    fn send(&mut self, event: &AuditEvent) {
+        self.write_line(event);
+    }
+
+    fn report(&mut self, failure: &ModuleFailure) {
+        self.write_line(failure);
     }
 
     fn lost(&self) -> u64 {

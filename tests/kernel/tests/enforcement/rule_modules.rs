@@ -43,12 +43,17 @@ fn module_policy(file: &str, policy: &str, cgroup: &str, name: &str, digest: &st
     .unwrap();
 }
 
-fn events(name: &str) -> Vec<serde_json::Value> {
+/// The lines the agent `name` wrote: audit events, then rule module failures.
+fn lines(name: &str) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
     std::fs::read_to_string(format!("/tmp/{name}-events.jsonl"))
         .unwrap_or_default()
         .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .partition(|line| line.get("type").is_none())
+}
+
+fn events(name: &str) -> Vec<serde_json::Value> {
+    lines(name).0
 }
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
@@ -187,6 +192,13 @@ fn a_misbehaving_module_is_contained_and_the_agent_keeps_serving() {
     assert!(stopped, "{log}");
     assert!(log.contains("rule module failed to decide"), "{log}");
     cleanup_agent(bpffs);
+    // The failure is reported beside the events, once for the minute.
+    let (_, failures) = lines("misbehaving");
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0]["type"], "rule_module_failure");
+    assert_eq!(failures[0]["module"], "misbehaving");
+    assert_eq!(failures[0]["failure"], "timeout");
+    assert_eq!(failures[0]["on_failure"], "keep");
 }
 
 #[test]
@@ -233,10 +245,11 @@ fn a_changed_module_config_is_swapped_in_with_events_flowing_and_none_lost() {
     // Every decision ends up written, dropped by the module's verdict, or counted as lost in
     // the kernel, once the agent has read the ring buffer to the end.
     let kept = || {
-        std::fs::read("/tmp/reload-events.jsonl")
+        // Audit events, not the failures reported beside them; counted without parsing.
+        std::fs::read_to_string("/tmp/reload-events.jsonl")
             .unwrap_or_default()
-            .iter()
-            .filter(|&&byte| byte == b'\n')
+            .lines()
+            .filter(|line| line.starts_with("{\"time\""))
             .count() as f64
     };
     let mut accounted = 0.0;
