@@ -480,6 +480,10 @@ fn compiled_modules_are_cached_by_digest_and_a_damaged_cache_is_rebuilt() {
         .unwrap();
     assert_eq!(entries.len(), 1);
     assert!(std::fs::metadata(&files[0]).unwrap().len() > 1000);
+    // Rego policies too.
+    let (rego, rego_digest) = module("rules/examples/egress");
+    second.load(&rego, &rego_digest).unwrap();
+    assert_eq!(cached().len(), 2);
 }
 
 #[test]

@@ -205,14 +205,15 @@ impl RuleHost {
             reason,
         };
         let kind = if is_core_module(&bytes) {
-            let module = wasmtime::Module::new(&self.engine, &bytes)
+            let module = self
+                .compiled::<wasmtime::Module>(&bytes, &digest)
                 .map_err(|err| abi(format!("{err:#}")))?;
             // The budget starts once compiled: compiling is not the module's doing.
             let mut store = store(&self.engine, COMPILE_BUDGET);
             Kind::Rego(OpaModule::load(module, &mut store).map_err(abi)?)
         } else {
             let abi = |err: wasmtime::Error| abi(format!("{err:#}"));
-            let component = self.component(&bytes, &digest).map_err(abi)?;
+            let component = self.compiled::<Component>(&bytes, &digest).map_err(abi)?;
             let pre = self.linker.instantiate_pre(&component).map_err(abi)?;
             Kind::Component(RulePre::new(pre).map_err(abi)?)
         };
@@ -236,33 +237,85 @@ impl RuleHost {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
-    /// The compiled component: from the disk cache when this engine compiled it before.
-    fn component(&self, bytes: &[u8], digest: &str) -> Result<Component, wasmtime::Error> {
+    /// The compiled module: from the disk cache when this engine compiled it before.
+    fn compiled<T: Compiled>(&self, bytes: &[u8], digest: &str) -> wasmtime::Result<T> {
         let Some(dir) = &self.cache_dir else {
-            return Component::new(&self.engine, bytes);
+            return T::compile(&self.engine, bytes);
         };
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         self.engine
             .precompile_compatibility_hash()
             .hash(&mut hasher);
         let cached = dir.join(format!("{digest}-{:016x}.cwasm", hasher.finish()));
-        // SAFETY: the file was written by `precompile_component` of an engine with the same
-        // configuration (the name says which), into a directory only root can write.
-        if let Ok(component) = unsafe { Component::deserialize_file(&self.engine, &cached) } {
-            return Ok(component);
+        // SAFETY: the file was written by `precompile` of an engine with the same configuration
+        // (the name says which), into a directory only root can write and targets cannot change.
+        if let Ok(compiled) = unsafe { T::deserialize_file(&self.engine, &cached) } {
+            return Ok(compiled);
         }
-        let compiled = self.engine.precompile_component(bytes)?;
+        let precompiled = T::precompile(&self.engine, bytes)?;
         // A cache that cannot be written only costs compiling again next time.
         let written = std::fs::create_dir_all(dir).and_then(|()| {
             let partial = cached.with_extension("partial");
-            std::fs::write(&partial, &compiled)?;
+            std::fs::write(&partial, &precompiled)?;
             std::fs::rename(&partial, &cached)
         });
         if let Err(err) = written {
             tracing::debug!("caching a compiled rule module in {}: {err}", dir.display());
         }
         // SAFETY: produced just now by this engine.
-        unsafe { Component::deserialize(&self.engine, &compiled) }
+        unsafe { T::deserialize(&self.engine, &precompiled) }
+    }
+}
+
+/// What the compiled-module cache holds: components, and core modules (Rego policies).
+trait Compiled: Sized {
+    fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self>;
+    fn precompile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Vec<u8>>;
+    /// # Safety
+    /// `bytes` come from `precompile` of an engine with this configuration.
+    unsafe fn deserialize(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self>;
+    /// # Safety
+    /// The file holds what `precompile` of an engine with this configuration returned.
+    unsafe fn deserialize_file(engine: &Engine, path: &Path) -> wasmtime::Result<Self>;
+}
+
+impl Compiled for Component {
+    fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
+        Component::new(engine, bytes)
+    }
+
+    fn precompile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        engine.precompile_component(bytes)
+    }
+
+    unsafe fn deserialize(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
+        // SAFETY: as the caller promised.
+        unsafe { Component::deserialize(engine, bytes) }
+    }
+
+    unsafe fn deserialize_file(engine: &Engine, path: &Path) -> wasmtime::Result<Self> {
+        // SAFETY: as the caller promised.
+        unsafe { Component::deserialize_file(engine, path) }
+    }
+}
+
+impl Compiled for wasmtime::Module {
+    fn compile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
+        wasmtime::Module::new(engine, bytes)
+    }
+
+    fn precompile(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        engine.precompile_module(bytes)
+    }
+
+    unsafe fn deserialize(engine: &Engine, bytes: &[u8]) -> wasmtime::Result<Self> {
+        // SAFETY: as the caller promised.
+        unsafe { wasmtime::Module::deserialize(engine, bytes) }
+    }
+
+    unsafe fn deserialize_file(engine: &Engine, path: &Path) -> wasmtime::Result<Self> {
+        // SAFETY: as the caller promised.
+        unsafe { wasmtime::Module::deserialize_file(engine, path) }
     }
 }
 
