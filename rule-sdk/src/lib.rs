@@ -9,7 +9,7 @@
 //!
 //! Implement [`Rule`] and export it with [`rule!`]; build with `palisade rules build DIR`, which
 //! compiles for `wasm32-unknown-unknown` and wraps the module as a component. The same code runs
-//! natively in `cargo test`, where [`testing::check_fixtures`] checks it against JSON fixtures
+//! natively in `cargo test`, where [`fixture_test!`] checks it against JSON fixtures
 //! without a Wasm runtime.
 //!
 //! ```ignore

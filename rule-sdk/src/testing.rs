@@ -135,3 +135,19 @@ pub fn check_fixtures<R: Rule>(dir: impl AsRef<Path>) -> usize {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     fixtures.len()
 }
+
+/// A `#[test]` named `fixtures` that checks `$rule` natively against the JSON fixtures in the
+/// crate's `fixtures` directory.
+#[macro_export]
+macro_rules! fixture_test {
+    ($rule:ty) => {
+        #[cfg(test)]
+        #[test]
+        fn fixtures() {
+            $crate::testing::check_fixtures::<$rule>(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/fixtures"
+            ));
+        }
+    };
+}

@@ -57,11 +57,4 @@ impl Rule for Capabilities {
 
 palisade_rule_sdk::rule!(Capabilities);
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn fixtures() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
-        assert!(palisade_rule_sdk::testing::check_fixtures::<super::Capabilities>(dir) >= 2);
-    }
-}
+palisade_rule_sdk::fixture_test!(Capabilities);

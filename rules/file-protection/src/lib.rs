@@ -76,14 +76,4 @@ impl Rule for FileProtection {
 
 palisade_rule_sdk::rule!(FileProtection);
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn fixtures() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
-        assert_eq!(
-            palisade_rule_sdk::testing::check_fixtures::<super::FileProtection>(dir),
-            2
-        );
-    }
-}
+palisade_rule_sdk::fixture_test!(FileProtection);

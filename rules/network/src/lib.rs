@@ -46,14 +46,4 @@ impl Rule for Network {
 
 palisade_rule_sdk::rule!(Network);
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn fixtures() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
-        assert_eq!(
-            palisade_rule_sdk::testing::check_fixtures::<super::Network>(dir),
-            2
-        );
-    }
-}
+palisade_rule_sdk::fixture_test!(Network);

@@ -63,14 +63,4 @@ impl Rule for ProtectFiles {
 
 palisade_rule_sdk::rule!(ProtectFiles);
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn fixtures() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
-        assert_eq!(
-            palisade_rule_sdk::testing::check_fixtures::<super::ProtectFiles>(dir),
-            5
-        );
-    }
-}
+palisade_rule_sdk::fixture_test!(ProtectFiles);
