@@ -107,7 +107,7 @@ impl Session {
         self.backlog = false;
     }
 
-    /// Warns about events lost since the last report: never silent.
+    /// Warns about events lost or suppressed since the last report: never silent.
     pub fn report_losses(&mut self) {
         let kernel = match self.enforcer.stats() {
             Ok(stats) => stats,
@@ -141,6 +141,17 @@ impl Session {
                 "audit events dropped in the kernel: the ring buffer was full",
                 now.kernel.events_dropped,
                 before.kernel.events_dropped,
+            ),
+            (
+                "audit events suppressed by the audit rate (the decisions were made; \
+                 palisade_rule_events_throttled_total counts them by rule)",
+                now.kernel.events_throttled,
+                before.kernel.events_throttled,
+            ),
+            (
+                "decisions not counted by rule: the kernel's counter map is full",
+                now.kernel.uncounted,
+                before.kernel.uncounted,
             ),
             (
                 "operations on targets allowed undecided: their path could not be resolved",

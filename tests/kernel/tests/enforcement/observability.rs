@@ -333,6 +333,10 @@ fn a_flood_of_violations_is_throttled_in_the_kernel_and_every_denial_still_happe
     assert_eq!(scrape.value("palisade_events_dropped_total", &[]), 0.0);
     let (stopped, log) = agent.stop(libc::SIGTERM);
     assert!(stopped, "{log}");
+    assert!(
+        log.contains("audit events suppressed by the audit rate"),
+        "{log}"
+    );
     cleanup_agent(bpffs);
     let events: Vec<serde_json::Value> = std::fs::read_to_string("/tmp/throttle-events.jsonl")
         .unwrap()
