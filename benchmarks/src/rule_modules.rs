@@ -187,9 +187,19 @@ fn write_results(out: &Path, rows: &[Row]) -> anyhow::Result<()> {
         out.join("rule-modules.json"),
         serde_json::to_string_pretty(&json)? + "\n",
     )?;
-    let mut table = String::from("| measure | median | p90 |\n|---|---:|---:|\n");
+    let mut table = String::from(
+        "| measure | median | p90 | events per second (median) |\n|---|---:|---:|---:|\n",
+    );
     for row in rows {
-        table += &format!("| {} | {:.2?} | {:.2?} |\n", row.what, row.median, row.p90);
+        let throughput = if row.what.starts_with("reload") {
+            "-".to_owned()
+        } else {
+            format!("{:.0}", 1.0 / row.median.as_secs_f64())
+        };
+        table += &format!(
+            "| {} | {:.2?} | {:.2?} | {throughput} |\n",
+            row.what, row.median, row.p90
+        );
     }
     std::fs::write(out.join("rule-modules.md"), table)?;
     plot(&out.join("rule-modules.png"), &rows[..rows.len() - 3])?;
