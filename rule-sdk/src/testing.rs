@@ -46,7 +46,7 @@ pub fn context() -> Context {
 /// A fixture and the file it came from.
 pub type NamedFixture<E, V> = (String, Fixture<E, V>);
 
-/// Reads every `*.json` fixture in `dir`, sorted by name.
+/// Reads every `*.json` fixture in `dir`, sorted by name; an error if there is none.
 pub fn read_fixtures<E: DeserializeOwned, V: DeserializeOwned>(
     dir: &Path,
 ) -> Result<Vec<NamedFixture<E, V>>, String> {
@@ -55,6 +55,9 @@ pub fn read_fixtures<E: DeserializeOwned, V: DeserializeOwned>(
         .filter_map(|entry| Some(entry.ok()?.path()))
         .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
         .collect();
+    if files.is_empty() {
+        return Err(format!("no fixtures in {}", dir.display()));
+    }
     files.sort();
     files
         .into_iter()
@@ -67,8 +70,32 @@ pub fn read_fixtures<E: DeserializeOwned, V: DeserializeOwned>(
         .collect()
 }
 
+/// Checks `fixture` with the rule's `compile` (config JSON -> rules, or why not) and `decide`
+/// (config JSON and one event -> verdicts, or why none): None if it holds, what differs if not.
+pub fn mismatch<E: PartialEq + Debug, V: PartialEq + Debug>(
+    fixture: &Fixture<E, V>,
+    compile: impl FnOnce(&str) -> Result<Vec<E>, String>,
+    decide: impl FnOnce(&str, &serde_json::Value) -> Result<Vec<V>, String>,
+) -> Option<String> {
+    match fixture {
+        Fixture::Compile {
+            config,
+            entries,
+            error,
+        } => compile_mismatch(entries, error, &compile(&config.to_string())),
+        Fixture::Decide {
+            config,
+            event,
+            verdict,
+        } => match decide(&config.to_string(), event) {
+            Ok(got) => decide_mismatch(verdict, &got),
+            Err(error) => Some(error),
+        },
+    }
+}
+
 /// Checks what `compile` returned against a compile fixture: None if it is as expected.
-pub fn compile_mismatch<E: PartialEq + Debug>(
+fn compile_mismatch<E: PartialEq + Debug>(
     expected_entries: &Option<Vec<E>>,
     expected_error: &Option<String>,
     got: &Result<Vec<E>, String>,
@@ -90,50 +117,29 @@ pub fn compile_mismatch<E: PartialEq + Debug>(
 }
 
 /// Checks the verdicts `decide` returned for a decide fixture's one event: None if as expected.
-pub fn decide_mismatch<V: PartialEq + Debug>(expected: &V, got: &[V]) -> Option<String> {
+fn decide_mismatch<V: PartialEq + Debug>(expected: &V, got: &[V]) -> Option<String> {
     match got {
         [verdict] if verdict == expected => None,
         _ => Some(format!("expected [{expected:?}], got {got:?}")),
     }
 }
 
-/// Runs `R` natively on every fixture in `dir`; panics with every mismatch. Returns how many
-/// fixtures were checked.
-pub fn check_fixtures<R: Rule>(dir: impl AsRef<Path>) -> usize {
+/// Runs `R` natively on every fixture in `dir`; panics with every mismatch.
+pub fn check_fixtures<R: Rule>(dir: impl AsRef<Path>) {
     let fixtures: Vec<NamedFixture<Entry, Verdict>> =
         read_fixtures(dir.as_ref()).unwrap_or_else(|err| panic!("{err}"));
-    assert!(
-        !fixtures.is_empty(),
-        "no fixtures in {}",
-        dir.as_ref().display()
-    );
-    let mut failures = Vec::new();
-    for (name, fixture) in &fixtures {
-        let mismatch = match fixture {
-            Fixture::Compile {
-                config,
-                entries,
-                error,
-            } => compile_mismatch(
-                entries,
-                error,
-                &crate::compile_json::<R>(&config.to_string(), &context()),
-            ),
-            Fixture::Decide {
-                config,
-                event,
-                verdict,
-            } => {
-                let got = crate::decide_json::<R>(&config.to_string(), &[Event::from_json(event)]);
-                decide_mismatch(verdict, &got)
-            }
-        };
-        if let Some(mismatch) = mismatch {
-            failures.push(format!("{name}: {mismatch}"));
-        }
-    }
+    let failures: Vec<String> = fixtures
+        .iter()
+        .filter_map(|(name, fixture)| {
+            let mismatch = mismatch(
+                fixture,
+                |config| crate::compile_json::<R>(config, &context()),
+                |config, event| Ok(crate::decide_json::<R>(config, &[Event::from_json(event)])),
+            )?;
+            Some(format!("{name}: {mismatch}"))
+        })
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    fixtures.len()
 }
 
 /// A `#[test]` named `fixtures` that checks `$rule` natively against the JSON fixtures in the
