@@ -170,6 +170,14 @@ impl std::ops::AddAssign for RuleCounts {
     }
 }
 
+/// What measuring cost holds on to.
+struct Measuring {
+    /// The kernel's run-time statistics stay on as long as this is open.
+    _run_time_stats: OwnedFd,
+    /// The attached programs (links do not change while the enforcer lives), by id.
+    program_ids: HashMap<u32, &'static str>,
+}
+
 /// Decisions about targets made in one hook, and the time they took (while measured).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecisionCost {
@@ -233,8 +241,8 @@ pub struct Enforcer {
     /// Counts of policies replaced or removed since, which left `rule_counts`.
     retired_counts: BTreeMap<RuleLabels, RuleCounts>,
     hook_cost: PerCpuArray<MapData, HookCost>,
-    /// While measuring: the kernel's run-time statistics stay on as long as this is open.
-    run_time_stats: Option<OwnedFd>,
+    /// While measuring cost.
+    measuring: Option<Measuring>,
     sync_barrier: ArrayOfMaps<MapData>,
     sync_inner: MapData,
     events: Option<RingBuf<MapData>>,
@@ -378,7 +386,7 @@ impl Enforcer {
             rule_counts: take(&mut ebpf, "rule_counts")?,
             retired_counts: BTreeMap::new(),
             hook_cost: take(&mut ebpf, "hook_cost")?,
-            run_time_stats: None,
+            measuring: None,
             sync_barrier: take(&mut ebpf, "sync_barrier")?,
             sync_inner: match ebpf.take_map("sync_inner") {
                 Some(aya::maps::Map::Array(map)) => map,
@@ -723,7 +731,10 @@ impl Enforcer {
     /// hook, and the kernel's run-time statistics of every program (which cost a clock read per
     /// run, system-wide, for as long as this enforcer lives).
     pub fn measure_cost(&mut self) -> Result<(), MeasureError> {
-        self.run_time_stats = Some(aya::sys::enable_stats(aya::sys::Stats::RunTime)?);
+        self.measuring = Some(Measuring {
+            _run_time_stats: aya::sys::enable_stats(aya::sys::Stats::RunTime)?,
+            program_ids: self.program_ids()?,
+        });
         self.config.measure_cost = 1;
         Ok(self.publish_config()?)
     }
@@ -772,7 +783,7 @@ impl Enforcer {
 
     /// The decisions about targets in each hook and their time; empty unless measuring.
     pub fn decision_costs(&self) -> Result<Vec<DecisionCost>, MapError> {
-        if self.config.measure_cost == 0 {
+        if self.measuring.is_none() {
             return Ok(Vec::new());
         }
         HOOKS
@@ -790,22 +801,21 @@ impl Enforcer {
     }
 
     /// The kernel's run-time statistics of each program; empty unless measuring.
-    pub fn program_runs(&self) -> Result<Vec<ProgramRuns>, MeasureError> {
-        if self.run_time_stats.is_none() {
-            return Ok(Vec::new());
-        }
-        let ids = self.program_ids()?;
-        Ok(aya::programs::loaded_programs()
+    pub fn program_runs(&self) -> Vec<ProgramRuns> {
+        let Some(measuring) = &self.measuring else {
+            return Vec::new();
+        };
+        aya::programs::loaded_programs()
             .filter_map(Result::ok)
             .filter_map(|info| {
-                let program = ids.get(&info.id())?;
+                let program = measuring.program_ids.get(&info.id())?;
                 Some(ProgramRuns {
                     program,
                     runs: info.run_count(),
                     time: info.run_time(),
                 })
             })
-            .collect())
+            .collect()
     }
 
     /// The ids of the attached programs, by the links they are attached through.

@@ -576,7 +576,7 @@ fn kernel_snapshot(enforcer: &Enforcer) -> KernelSnapshot {
         targets: enforcer.target_count() as u64,
         rules: or_default(enforcer.rule_counts()),
         decision_costs: or_default(enforcer.decision_costs()),
-        program_runs: or_default(enforcer.program_runs()),
+        program_runs: enforcer.program_runs(),
     }
 }
 
