@@ -94,16 +94,14 @@ pub enum ModuleError {
 
 impl ModuleError {
     fn failed(err: wasmtime::Error) -> Self {
+        let message = format!("{err:#}");
         let kind = match err.downcast_ref::<Trap>() {
             Some(Trap::Interrupt) => FailureKind::Timeout,
             Some(Trap::StackOverflow) => FailureKind::StackOverflow,
-            _ if format!("{err:#}").contains("growing memory") => FailureKind::Memory,
+            _ if message.contains("growing memory") => FailureKind::Memory,
             _ => FailureKind::Trap,
         };
-        ModuleError::Failed {
-            kind,
-            message: format!("{err:#}"),
-        }
+        ModuleError::Failed { kind, message }
     }
 
     /// How the call failed, for a module that ran.
@@ -137,11 +135,27 @@ pub struct LoadedModule {
     kind: Kind,
 }
 
+/// A module compiled, not yet checked against the ABI.
+enum Artifact {
+    Rego(wasmtime::Module),
+    Component(Component),
+}
+
 enum Kind {
     /// A component of the `palisade:rule` world (Rust, or any language with WIT bindings).
     Component(RulePre<State>),
     /// A Rego policy compiled by `opa build -t wasm`.
     Rego(OpaModule),
+}
+
+/// The module file's bytes and their SHA-256 digest.
+fn read(path: &Path) -> Result<(Vec<u8>, String), ModuleError> {
+    let bytes = std::fs::read(path).map_err(|error| ModuleError::Read {
+        path: path.to_owned(),
+        error,
+    })?;
+    let digest = hex_digest(&bytes);
+    Ok((bytes, digest))
 }
 
 pub(super) fn hex_digest(bytes: &[u8]) -> String {
@@ -185,11 +199,7 @@ impl RuleHost {
         path: &Path,
         expected_digest: &str,
     ) -> Result<Arc<LoadedModule>, ModuleError> {
-        let bytes = std::fs::read(path).map_err(|error| ModuleError::Read {
-            path: path.to_owned(),
-            error,
-        })?;
-        let digest = hex_digest(&bytes);
+        let (bytes, digest) = read(path)?;
         if !expected_digest.eq_ignore_ascii_case(&digest) {
             return Err(ModuleError::Digest {
                 path: path.to_owned(),
@@ -200,22 +210,45 @@ impl RuleHost {
         if let Some(module) = self.lock().get(&digest) {
             return Ok(module.clone());
         }
+        let artifact = self.artifact(path, &bytes, &digest)?;
+        self.admit(path, digest, artifact)
+    }
+
+    /// The module compiled: a core module (a Rego policy) or a component.
+    fn artifact(&self, path: &Path, bytes: &[u8], digest: &str) -> Result<Artifact, ModuleError> {
+        let compiled = if is_core_module(bytes) {
+            self.compiled(bytes, digest).map(Artifact::Rego)
+        } else {
+            self.compiled(bytes, digest).map(Artifact::Component)
+        };
+        compiled.map_err(|err| ModuleError::Abi {
+            path: path.to_owned(),
+            reason: format!("{err:#}"),
+        })
+    }
+
+    /// Checks a compiled module against the ABI and keeps it, ready to be called.
+    fn admit(
+        &self,
+        path: &Path,
+        digest: String,
+        artifact: Artifact,
+    ) -> Result<Arc<LoadedModule>, ModuleError> {
         let abi = |reason: String| ModuleError::Abi {
             path: path.to_owned(),
             reason,
         };
-        let kind = if is_core_module(&bytes) {
-            let module = self
-                .compiled::<wasmtime::Module>(&bytes, &digest)
-                .map_err(|err| abi(format!("{err:#}")))?;
-            // The budget starts once compiled: compiling is not the module's doing.
-            let mut store = store(&self.engine, COMPILE_BUDGET);
-            Kind::Rego(OpaModule::load(module, &mut store).map_err(abi)?)
-        } else {
-            let abi = |err: wasmtime::Error| abi(format!("{err:#}"));
-            let component = self.compiled::<Component>(&bytes, &digest).map_err(abi)?;
-            let pre = self.linker.instantiate_pre(&component).map_err(abi)?;
-            Kind::Component(RulePre::new(pre).map_err(abi)?)
+        let kind = match artifact {
+            Artifact::Rego(module) => {
+                // The budget starts once compiled: compiling is not the module's doing.
+                let mut store = store(&self.engine, COMPILE_BUDGET);
+                Kind::Rego(OpaModule::load(module, &mut store).map_err(abi)?)
+            }
+            Artifact::Component(component) => {
+                let abi = |err: wasmtime::Error| abi(format!("{err:#}"));
+                let pre = self.linker.instantiate_pre(&component).map_err(abi)?;
+                Kind::Component(RulePre::new(pre).map_err(abi)?)
+            }
         };
         let module = Arc::new(LoadedModule {
             kind,
@@ -347,48 +380,38 @@ fn item_kind(item: &wasmtime::component::types::ComponentItem) -> &'static str {
 impl RuleHost {
     /// Reads the module at `path` and checks it against the ABI, without running it.
     pub fn inspect(&self, path: &Path) -> Result<Inspection, ModuleError> {
-        let bytes = std::fs::read(path).map_err(|error| ModuleError::Read {
-            path: path.to_owned(),
-            error,
-        })?;
-        let digest = hex_digest(&bytes);
-        let invalid = |err: wasmtime::Error| ModuleError::Abi {
-            path: path.to_owned(),
-            reason: format!("{err:#}"),
-        };
-        let rego = is_core_module(&bytes);
-        let (imports, exports) = if rego {
-            let module = wasmtime::Module::new(&self.engine, &bytes).map_err(invalid)?;
-            let imports = module
-                .imports()
-                .map(|import| format!("{}.{} (core)", import.module(), import.name()))
-                .collect();
-            let exports = module
-                .exports()
-                .map(|export| format!("{} (core)", export.name()))
-                .collect();
-            (imports, exports)
-        } else {
-            let component = Component::new(&self.engine, &bytes).map_err(invalid)?;
-            let ty = component.component_type();
-            let named = |(name, item): (&str, wasmtime::component::types::ComponentExtern)| {
-                format!("{name} ({})", item_kind(&item.ty))
-            };
-            (
-                ty.imports(&self.engine).map(named).collect(),
-                ty.exports(&self.engine).map(named).collect(),
-            )
+        let (bytes, digest) = read(path)?;
+        let artifact = self.artifact(path, &bytes, &digest)?;
+        let (kind, imports, exports) = match &artifact {
+            Artifact::Rego(module) => (
+                "a Rego policy (OPA Wasm ABI 1.x, entrypoints palisade/compile and palisade/decide)",
+                module
+                    .imports()
+                    .map(|import| format!("{}.{} (core)", import.module(), import.name()))
+                    .collect(),
+                module
+                    .exports()
+                    .map(|export| format!("{} (core)", export.name()))
+                    .collect(),
+            ),
+            Artifact::Component(component) => {
+                let ty = component.component_type();
+                let named = |(name, item): (&str, wasmtime::component::types::ComponentExtern)| {
+                    format!("{name} ({})", item_kind(&item.ty))
+                };
+                (
+                    "a component (palisade:rule@0.1.0)",
+                    ty.imports(&self.engine).map(named).collect(),
+                    ty.exports(&self.engine).map(named).collect(),
+                )
+            }
         };
         Ok(Inspection {
-            kind: if rego {
-                "a Rego policy (OPA Wasm ABI 1.x, entrypoints palisade/compile and palisade/decide)"
-            } else {
-                "a component (palisade:rule@0.1.0)"
-            },
+            kind,
             imports,
             exports,
             runnable: self
-                .load(path, &digest)
+                .admit(path, digest.clone(), artifact)
                 .map(drop)
                 .map_err(|err| err.to_string()),
             size: bytes.len(),
