@@ -358,6 +358,13 @@ fn write_policy(path: &str, name: &str, cgroup: &str, denied: &str) {
     )).unwrap();
 }
 
+/// Empties (or creates) the directory `path`.
+fn fresh_dir(path: &str) -> &str {
+    let _ = std::fs::remove_dir_all(path);
+    std::fs::create_dir_all(path).unwrap();
+    path
+}
+
 /// A `palisade agent` process, its log going to a file.
 struct Agent {
     child: Child,
@@ -458,9 +465,7 @@ fn agent_applies_replaces_and_removes_policy_files() {
     let target = kernel.cgroup(None, "agent");
     let first = file("/tmp/agent-files/first");
     let second = file("/tmp/agent-files/second");
-    let dir = "/tmp/agent-policies";
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).unwrap();
+    let dir = fresh_dir("/tmp/agent-policies");
     let policy_file = format!("{dir}/app.yaml");
     let cgroup = target.path.to_str().unwrap();
     write_policy(&policy_file, "app", cgroup, first);

@@ -12,7 +12,7 @@ use std::{
 
 use palisade_kernel_tests::{EPERM, Kernel, Prober, binary, deny_read, file, policy, probe};
 
-use super::{Agent, cleanup_agent, write_policy};
+use super::{Agent, cleanup_agent, fresh_dir, write_policy};
 
 /// GET `path` from the agent's HTTP endpoints: (status code, body).
 pub(super) fn http_get(path: &str) -> std::io::Result<(u16, String)> {
@@ -88,9 +88,7 @@ fn agent_serves_metrics_health_and_readiness() {
     let mut kernel = Kernel::new();
     let target = kernel.cgroup(None, "metrics");
     let secret = file("/tmp/metrics/secret");
-    let dir = "/tmp/metrics-policies";
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).unwrap();
+    let dir = fresh_dir("/tmp/metrics-policies");
     write_policy(
         &format!("{dir}/app.yaml"),
         "app",
@@ -288,9 +286,7 @@ fn a_flood_of_violations_is_throttled_in_the_kernel_and_every_denial_still_happe
     let mut kernel = Kernel::new();
     let target = kernel.cgroup(None, "throttle");
     let secret = file("/tmp/throttle/secret");
-    let dir = "/tmp/throttle-policies";
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::create_dir_all(dir).unwrap();
+    let dir = fresh_dir("/tmp/throttle-policies");
     write_policy(
         &format!("{dir}/app.yaml"),
         "flood",

@@ -13,19 +13,13 @@ use palisade_kernel_tests::{
     Answer, EPERM, Kernel, ProbeReport, Prober, deny_read, file, policy, probe,
 };
 
-use super::{Agent, cleanup_agent, eventually, write_policy};
+use super::{Agent, cleanup_agent, eventually, fresh_dir, write_policy};
 
 fn assert_never_allowed(report: &ProbeReport) {
     assert!(
         report.ok == 0 && report.eperm > 0,
         "the file was readable at some point: {report:?}"
     );
-}
-
-fn fresh_dir(path: &str) -> &str {
-    let _ = std::fs::remove_dir_all(path);
-    std::fs::create_dir_all(path).unwrap();
-    path
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::{
 use palisade_kernel_tests::{EPERM, Kernel, binary, file, probe, spawn_probe};
 
 use super::{
-    Agent, cleanup_agent,
+    Agent, cleanup_agent, fresh_dir,
     observability::{Scrape, dashboard_reads_only_exported_metrics, http_get, wait_until_ready},
 };
 
@@ -24,12 +24,6 @@ fn install_module(name: &str, dir: &str) -> String {
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect()
-}
-
-fn fresh_dir(path: &str) -> &str {
-    let _ = std::fs::remove_dir_all(path);
-    std::fs::create_dir_all(path).unwrap();
-    path
 }
 
 /// A policy on `cgroup` that reports violations and uses the module `name` with `config`.
