@@ -4,6 +4,7 @@ pub mod bpf;
 pub mod cmd;
 pub mod events;
 pub mod http;
+pub mod k8s;
 pub mod metrics;
 pub mod policy;
 pub mod rules;

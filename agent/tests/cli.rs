@@ -139,7 +139,7 @@ fn policy_replay_counts_what_a_candidate_would_have_blocked_per_rule() {
     let candidate = dir.join("candidate.yaml");
     std::fs::write(
         &candidate,
-        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: candidate\nspec:\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    hardeningRules: [disable-cap-sys-admin]\n    attackProtectionRules: [disable-access-shadow, {name: block-access-to-metadata-service, action: audit}]\n",
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: candidate\nspec:\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    hardeningRules: [disable-cap-sys-admin]\n    attackProtectionRules: [disable-access-shadow, block-access-to-metadata-service]\n    auditRules: [block-access-to-metadata-service]\n",
     )
     .unwrap();
     let (code, out, err) = palisade(&[

@@ -160,6 +160,9 @@ pub fn initramfs(
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
     for entry in std::fs::read_dir(&examples)? {
         let path = entry?.path();
+        if !path.is_file() {
+            continue; // examples/kubernetes: resources, not policy files
+        }
         copy_into(
             &root,
             &path,

@@ -1,8 +1,10 @@
 //! `cargo xtask vm-test` and `cargo xtask vm-demo`: prove enforcement on real Debian kernels
 //! booted under QEMU with BPF LSM enabled (this machine's own kernel refuses LSM programs).
+//! `cargo xtask kube-test`: the Kubernetes side against a real API server.
 
 mod build;
 mod kernels;
+mod kube;
 mod results;
 mod vm;
 
@@ -26,6 +28,10 @@ enum Command {
         #[arg(long)]
         filter: Option<String>,
     },
+    /// Start etcd and kube-apiserver (scripts/kube-tools.sh builds them), check the Helm chart
+    /// (lint, kubeconform, server-side dry run), install it, and run the Kubernetes tests
+    /// (tests/kubernetes) against that API server.
+    KubeTest,
     /// Boot a kernel and run `palisade run` with the example policy: a denied read, an allowed
     /// read and the JSON audit event.
     VmDemo {
@@ -37,6 +43,7 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::VmTest { kernels, filter } => vm::test(&kernels, filter.as_deref()),
+        Command::KubeTest => kube::test(),
         Command::VmDemo { kernel } => vm::demo(&kernel),
     }
 }

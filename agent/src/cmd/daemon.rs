@@ -1,4 +1,5 @@
-//! `palisade agent --policy-dir DIR`: enforce every policy file in DIR and follow its changes.
+//! `palisade agent`: enforce every policy file of a directory (`--policy-dir`), or the policy
+//! custom resources on the pods of this node (`--kubernetes`), and follow their changes.
 
 use std::{
     collections::HashMap,
@@ -13,7 +14,6 @@ use std::{
 };
 
 use anyhow::Context;
-use aya::maps::MapError;
 use notify::Watcher;
 use tokio::{
     signal::unix::{SignalKind, signal},
@@ -23,13 +23,14 @@ use tracing::{error, info, warn};
 
 use super::session::Session;
 use crate::{
-    bpf::{AuditRate, Enforcer, PinnedState, StageError},
+    bpf::{AuditRate, Enforcer, PinnedState},
     events::{Deciding, FalcoSink, JsonLines, Rotation},
     http::Endpoints,
+    k8s::{Cluster, Reconciler},
     metrics::{KernelSnapshot, Metrics},
     policy::{CompiledPolicy, Environment, PolicyError, Target},
     rules::RuleHost,
-    targets::{Cgroup, CgroupError, Hierarchy},
+    targets::{CgroupDriver, Enforce, Hierarchy, Placement},
 };
 
 const RESYNC_INTERVAL: Duration = Duration::from_secs(2);
@@ -39,8 +40,24 @@ const FALCO_GRACE: Duration = Duration::from_secs(5);
 #[derive(Debug, clap::Args)]
 pub struct AgentArgs {
     /// The directory of policy files (*.yaml, *.yml) to enforce.
-    #[arg(long, value_name = "DIR", required_unless_present = "cleanup")]
+    #[arg(long, value_name = "DIR", required_unless_present_any = ["cleanup", "kubernetes"])]
     pub policy_dir: Option<PathBuf>,
+    /// Enforce the PalisadePolicy and PalisadeClusterPolicy resources on this node's pods
+    /// (credentials from KUBECONFIG, or the pod's service account).
+    #[arg(long, conflicts_with = "policy_dir", requires = "node_name")]
+    pub kubernetes: bool,
+    /// This node's name (set from the downward API in the DaemonSet).
+    #[arg(long, value_name = "NAME", env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// The kubelet's cgroup driver (found from the cgroups there are when not given).
+    #[arg(long, value_name = "DRIVER")]
+    pub cgroup_driver: Option<CgroupDriver>,
+    /// Where the rule modules that policies name (spec.ruleModules[].module) are, in Kubernetes.
+    #[arg(long, value_name = "DIR", default_value = "/usr/lib/palisade/rules")]
+    pub rule_modules: PathBuf,
+    /// The least time between two status writes of one policy by this agent.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub status_interval: Duration,
     /// Append audit events (JSON lines) to FILE instead of stdout.
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
@@ -84,7 +101,7 @@ pub struct AgentArgs {
     #[arg(long, value_name = "ADDRESS", default_value = "127.0.0.1:9464")]
     pub metrics_address: SocketAddr,
     /// Remove everything the agent pinned (ending its enforcement) and exit.
-    #[arg(long, conflicts_with = "policy_dir")]
+    #[arg(long, conflicts_with_all = ["policy_dir", "kubernetes"])]
     pub cleanup: bool,
 }
 
@@ -95,75 +112,6 @@ impl AgentArgs {
             max_bytes,
             keep: self.events_keep,
         })
-    }
-}
-
-/// What reconciling needs from the kernel side (a seam for tests).
-pub trait Enforce {
-    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError>;
-    fn remove(&mut self, target_id: u64) -> Result<bool, MapError>;
-    fn stage(
-        &mut self,
-        parent: &Cgroup,
-        name: &str,
-        policy: Arc<CompiledPolicy>,
-    ) -> Result<(), StageError>;
-    fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError>;
-}
-
-impl Enforce for Enforcer {
-    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError> {
-        Enforcer::apply(self, target, policy)
-    }
-
-    fn remove(&mut self, target_id: u64) -> Result<bool, MapError> {
-        Enforcer::remove(self, target_id)
-    }
-
-    fn stage(
-        &mut self,
-        parent: &Cgroup,
-        name: &str,
-        policy: Arc<CompiledPolicy>,
-    ) -> Result<(), StageError> {
-        Enforcer::stage(self, parent, name, policy)
-    }
-
-    fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError> {
-        Enforcer::unstage(self, parent_id, name)
-    }
-}
-
-/// Where a policy is enforced: on its target, or armed for a target not created yet (the kernel
-/// makes the new cgroup a target before any process can enter it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Placement {
-    Target(Cgroup),
-    Staged { parent: Cgroup, name: String },
-}
-
-impl Placement {
-    fn describe(&self) -> String {
-        match self {
-            Placement::Target(target) => target.path.display().to_string(),
-            Placement::Staged { parent, name } => {
-                format!("{} (armed until created)", parent.path.join(name).display())
-            }
-        }
-    }
-
-    /// Takes the policy off.
-    fn remove(&self, enforcer: &mut impl Enforce) -> Result<(), String> {
-        match self {
-            Placement::Target(target) => enforcer
-                .remove(target.id)
-                .map(drop)
-                .map_err(|err| err.to_string()),
-            Placement::Staged { parent, name } => enforcer
-                .unstage(parent.id, name)
-                .map(drop)
-                .map_err(|err| err.to_string()),
-        }
     }
 }
 
@@ -217,39 +165,37 @@ impl PolicyDir {
 
     fn prepare(&self, file: &Path, text: &str) -> Result<(CompiledPolicy, Placement), PolicyError> {
         let policy = crate::policy::Policy::parse(file, text)?;
-        let compiled =
-            crate::rules::compile_policy(&self.rule_host, file, &policy, &self.environment)?;
-        let Some(Target { cgroup_path }) = &policy.spec.target else {
+        let compiled = crate::rules::compile_policy(
+            &self.rule_host,
+            file,
+            &self.dir,
+            &policy,
+            &self.environment,
+        )?;
+        let Some(target) = &policy.spec.target else {
             return Err(PolicyError::new(
                 file,
                 "spec.target",
                 "required by the agent",
             ));
         };
-        Ok((compiled, self.place(file, cgroup_path)?))
-    }
-
-    /// The target `cgroup_path` names, or its parent when only the parent exists yet.
-    fn place(&self, file: &Path, cgroup_path: &str) -> Result<Placement, PolicyError> {
-        let error =
-            |err: CgroupError| PolicyError::new(file, "spec.target.cgroupPath", err.to_string());
-        match self.cgroups.open(cgroup_path) {
-            Ok(target) => Ok(Placement::Target(target)),
-            Err(missing @ CgroupError::Missing(_)) => {
-                let path = Path::new(cgroup_path);
-                let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-                    return Err(error(missing));
-                };
-                match self.cgroups.open(&parent.to_string_lossy()) {
-                    Ok(parent) => Ok(Placement::Staged {
-                        parent,
-                        name: name.to_string_lossy().into_owned(),
-                    }),
-                    Err(_) => Err(error(missing)),
-                }
-            }
-            Err(err) => Err(error(err)),
-        }
+        let Target {
+            cgroup_path: Some(cgroup_path),
+            kind: None,
+            names: None,
+            selector: None,
+            namespace_selector: None,
+        } = target
+        else {
+            return Err(PolicyError::new(
+                file,
+                "spec.target",
+                "a policy file names a cgroupPath (kind, names and selectors choose pods in Kubernetes)",
+            ));
+        };
+        let placement = Placement::locate(&self.cgroups, cgroup_path)
+            .map_err(|err| PolicyError::new(file, "spec.target.cgroupPath", err.to_string()))?;
+        Ok((compiled, placement))
     }
 
     /// Brings the kernel in line with the directory: new and changed files, removed files, and
@@ -308,17 +254,7 @@ impl PolicyDir {
             .map_err(|err| PolicyError::new(file, "(file)", format!("cannot read: {err}")))?;
         // Unchanged, and its target neither created nor recreated since.
         let up_to_date = self.enforced.get(file).is_some_and(|enforced| {
-            enforced.text == text
-                && match &enforced.placement {
-                    Placement::Target(target) => self
-                        .cgroups
-                        .open(&target.path.to_string_lossy())
-                        .is_ok_and(|now| now.id == target.id),
-                    Placement::Staged { parent, name } => matches!(
-                        self.cgroups.open(&parent.path.join(name).to_string_lossy()),
-                        Err(CgroupError::Missing(_))
-                    ),
-                }
+            enforced.text == text && enforced.placement.is_current(&self.cgroups)
         });
         if up_to_date {
             Ok(())
@@ -387,15 +323,8 @@ impl PolicyDir {
             ));
         }
         let name = compiled.name.clone();
-        let installed = match &placement {
-            Placement::Target(target) => enforcer
-                .apply(target, Arc::new(compiled))
-                .map_err(|err| err.to_string()),
-            Placement::Staged { parent, name } => enforcer
-                .stage(parent, name, Arc::new(compiled))
-                .map_err(|err| err.to_string()),
-        };
-        installed
+        placement
+            .install(enforcer, Arc::new(compiled))
             .map_err(|err| PolicyError::new(file, "(kernel)", format!("cannot install: {err}")))?;
         let previous = self.enforced.insert(
             file.to_owned(),
@@ -429,11 +358,33 @@ impl PolicyDir {
     }
 }
 
+/// Where policies come from.
+enum Source {
+    Dir(PolicyDir),
+    Kubernetes(crate::k8s::Cluster),
+}
+
+impl Source {
+    fn reconcile(&mut self, enforcer: &mut impl Enforce) {
+        match self {
+            Source::Dir(policies) => policies.reconcile_and_report(enforcer),
+            Source::Kubernetes(cluster) => cluster.reconcile(enforcer),
+        }
+    }
+
+    fn all_enforced(&self) -> bool {
+        match self {
+            Source::Dir(policies) => policies.all_enforced(),
+            Source::Kubernetes(cluster) => cluster.all_enforced(),
+        }
+    }
+}
+
 /// Reconciles; the first time every policy is enforced, removes what earlier agents left (it
 /// stays until then, so that no target is less protected than before the restart).
-fn reconcile(policies: &mut PolicyDir, enforcer: &mut Enforcer, retired: &mut bool) {
-    policies.reconcile_and_report(enforcer);
-    if !*retired && policies.all_enforced() {
+fn reconcile(source: &mut Source, enforcer: &mut Enforcer, retired: &mut bool) {
+    source.reconcile(enforcer);
+    if !*retired && source.all_enforced() {
         match enforcer.retire_previous() {
             Ok(()) => *retired = true,
             Err(err) => warn!("{err}"),
@@ -442,15 +393,13 @@ fn reconcile(policies: &mut PolicyDir, enforcer: &mut Enforcer, retired: &mut bo
 }
 
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let dir = args
-        .policy_dir
-        .as_ref()
-        .context("a policy directory is required")?;
-    anyhow::ensure!(
-        dir.is_dir(),
-        "the policy directory {} does not exist",
-        dir.display()
-    );
+    if let Some(dir) = &args.policy_dir {
+        anyhow::ensure!(
+            dir.is_dir(),
+            "the policy directory {} does not exist",
+            dir.display()
+        );
+    }
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut enforcer =
@@ -494,16 +443,14 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .mode(0o700)
         .create(&args.rules_cache)
         .with_context(|| format!("creating {}", args.rules_cache.display()))?;
-    let mut own_files = vec![dir.as_path(), args.rules_cache.as_path()];
+    let mut own_files = vec![args.rules_cache.as_path()];
+    own_files.extend(args.policy_dir.as_deref());
     own_files.extend(args.events.as_deref());
+    if args.kubernetes && args.rule_modules.exists() {
+        own_files.push(&args.rule_modules);
+    }
     session.protect_own_files(&own_files)?;
 
-    // Watch before the first read, so that no change can slip in between.
-    let (changed_tx, mut changed) = mpsc::channel::<()>(1);
-    let mut watcher = notify::recommended_watcher(move |_| {
-        let _ = changed_tx.try_send(());
-    })?;
-    watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
     let ready = Arc::new(AtomicBool::new(false));
     let (snapshots, mut snapshot_requests) = mpsc::channel(8);
     let listener = tokio::net::TcpListener::bind(args.metrics_address)
@@ -517,13 +464,57 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             snapshots,
         }),
     ));
-    let mut policies = PolicyDir::new(dir.clone(), cgroups, rule_host, metrics);
+    // Watch before the first read, so that no change can slip in between.
+    let (changed_tx, mut changed) = mpsc::channel::<()>(1);
+    let mut dir_watcher = None;
+    let mut source = match &args.policy_dir {
+        Some(dir) => {
+            let mut watcher = notify::recommended_watcher(move |_| {
+                let _ = changed_tx.try_send(());
+            })?;
+            watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
+            dir_watcher = Some(watcher);
+            info!(dir = %dir.display(), "policies from files");
+            Source::Dir(PolicyDir::new(dir.clone(), cgroups, rule_host, metrics))
+        }
+        None => {
+            let node = args
+                .node_name
+                .clone()
+                .context("--kubernetes needs --node-name (or NODE_NAME)")?;
+            let client = kube::Client::try_default()
+                .await
+                .context("connecting to the Kubernetes API server")?;
+            let environment = Environment {
+                node: node.clone(),
+                ..Environment::from_process()
+            };
+            let reconciler = Reconciler::new(
+                cgroups,
+                args.cgroup_driver,
+                rule_host,
+                args.rule_modules.clone(),
+                environment,
+            );
+            Source::Kubernetes(
+                Cluster::connect(
+                    client,
+                    &node,
+                    reconciler,
+                    args.status_interval,
+                    metrics,
+                    changed_tx,
+                )
+                .await?,
+            )
+        }
+    };
     let mut retired = false;
-    reconcile(&mut policies, &mut session.enforcer, &mut retired);
+    reconcile(&mut source, &mut session.enforcer, &mut retired);
     ready.store(true, Ordering::Relaxed);
-    info!(dir = %dir.display(), metrics = %args.metrics_address, "agent ready: watching for policy changes");
+    info!(metrics = %args.metrics_address, "agent ready: watching for policy changes");
 
-    // Targets come and go without the directory changing: look again now and then.
+    // Targets come and go without the policies changing: look again now and then.
     let mut resync = tokio::time::interval(RESYNC_INTERVAL);
     let mut losses = tokio::time::interval(Duration::from_secs(10));
     loop {
@@ -532,10 +523,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 // Editors write in several steps: let a burst of changes settle first.
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 while changed.try_recv().is_ok() {}
-                reconcile(&mut policies, &mut session.enforcer, &mut retired);
+                reconcile(&mut source, &mut session.enforcer, &mut retired);
             }
             _ = resync.tick() => {
-                reconcile(&mut policies, &mut session.enforcer, &mut retired);
+                reconcile(&mut source, &mut session.enforcer, &mut retired);
             }
             ready = session.events_ready() => { ready?; session.pump(); }
             _ = losses.tick() => session.report_losses(),
@@ -547,6 +538,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         }
     }
     server.abort();
+    drop(dir_watcher);
     session.pump_all();
     session.report_losses();
     drop(session);
@@ -591,44 +583,7 @@ pub fn cleanup(bpffs: &Path) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Records what is enforced, by target id, and what is staged, by parent id and name; can
-    /// be told to fail.
-    #[derive(Default)]
-    struct FakeKernel {
-        enforced: HashMap<u64, String>,
-        staged: HashMap<(u64, String), String>,
-        fail: bool,
-    }
-
-    impl Enforce for FakeKernel {
-        fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError> {
-            if self.fail {
-                return Err(MapError::KeyNotFound);
-            }
-            self.enforced.insert(target.id, policy.name.clone());
-            Ok(())
-        }
-
-        fn remove(&mut self, target_id: u64) -> Result<bool, MapError> {
-            Ok(self.enforced.remove(&target_id).is_some())
-        }
-
-        fn stage(
-            &mut self,
-            parent: &Cgroup,
-            name: &str,
-            policy: Arc<CompiledPolicy>,
-        ) -> Result<(), StageError> {
-            self.staged
-                .insert((parent.id, name.to_owned()), policy.name.clone());
-            Ok(())
-        }
-
-        fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError> {
-            Ok(self.staged.remove(&(parent_id, name.to_owned())).is_some())
-        }
-    }
+    use crate::targets::FakeKernel;
 
     struct Setup {
         base: PathBuf,
@@ -678,7 +633,7 @@ mod tests {
             self.kernel
                 .enforced
                 .get(&self.id(cgroup))
-                .map(String::as_str)
+                .map(|policy| policy.name.as_str())
         }
     }
 
@@ -746,7 +701,11 @@ mod tests {
         assert!(setup.reconcile().is_empty());
         let staged = (setup.id("app"), "late".to_owned());
         assert_eq!(
-            setup.kernel.staged.get(&staged).map(String::as_str),
+            setup
+                .kernel
+                .staged
+                .get(&staged)
+                .map(|policy| policy.name.as_str()),
             Some("late")
         );
         assert!(setup.policies.all_enforced());
@@ -758,7 +717,11 @@ mod tests {
         std::fs::remove_dir(setup.base.join("cgroup/app/late")).unwrap();
         assert!(setup.reconcile().is_empty());
         assert_eq!(
-            setup.kernel.staged.get(&staged).map(String::as_str),
+            setup
+                .kernel
+                .staged
+                .get(&staged)
+                .map(|policy| policy.name.as_str()),
             Some("late")
         );
         std::fs::remove_file(setup.base.join("policies/late.yaml")).unwrap();

@@ -17,7 +17,13 @@ pub fn load_and_compile(
     file: &Path,
 ) -> Result<(Policy, CompiledPolicy), PolicyError> {
     let policy = Policy::load(file)?;
-    let compiled = compile_policy(host, file, &policy, &Environment::from_process())?;
+    let compiled = compile_policy(
+        host,
+        file,
+        file.parent().unwrap_or(Path::new(".")),
+        &policy,
+        &Environment::from_process(),
+    )?;
     Ok((policy, compiled))
 }
 

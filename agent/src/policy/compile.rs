@@ -522,7 +522,7 @@ fn listed_rules(file: &Path, policy: &Policy, env: &Environment) -> Result<Vec<R
     for (category, list) in lists {
         for (index, rule) in list.iter().enumerate() {
             let field = format!("{ENHANCE_PROTECT}.{}[{index}]", category.field());
-            let name = rule.name();
+            let name = rule.as_str();
             let error = |reason: String| PolicyError::new(file, &field, reason);
             let effects = match catalog::effects(name, env) {
                 None => {
@@ -545,9 +545,24 @@ fn listed_rules(file: &Path, policy: &Policy, env: &Environment) -> Result<Vec<R
             rules.push(Rule {
                 field,
                 name: name.to_owned(),
-                action: rule.action(),
+                action: if enhance.audit_rules.contains(rule) {
+                    Action::Audit
+                } else {
+                    Action::Deny
+                },
                 effects,
             });
+        }
+    }
+    for (index, name) in enhance.audit_rules.iter().enumerate() {
+        if !lists.iter().any(|(_, list)| list.contains(name)) {
+            return Err(PolicyError::new(
+                file,
+                format!("{ENHANCE_PROTECT}.auditRules[{index}]"),
+                format!(
+                    "\"{name}\" is not listed in hardeningRules, attackProtectionRules or vulMitigationRules"
+                ),
+            ));
         }
     }
     let base = format!("{ENHANCE_PROTECT}.customRules");
@@ -1070,7 +1085,7 @@ mod tests {
     fn enhance_protect_adds_runtime_default_unless_privileged() {
         let spec = |privileged: bool| {
             with_spec(&format!(
-                "  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: {privileged}\n    hardeningRules: [disallow-umount, disable-cap-sys-admin]\n    attackProtectionRules:\n      - name: disable-shell\n        action: audit\n    vulMitigationRules: [copy-fail-mitigation]\n"
+                "  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: {privileged}\n    hardeningRules: [disallow-umount, disable-cap-sys-admin]\n    attackProtectionRules: [disable-shell]\n    auditRules: [disable-shell]\n    vulMitigationRules: [copy-fail-mitigation]\n"
             ))
         };
         let policy = parse(&spec(false)).unwrap();
@@ -1120,7 +1135,7 @@ mod tests {
     fn violation_flags_change_every_deny() {
         let spec = |flags: &str| {
             with_spec(&format!(
-                "  mode: EnhanceProtect\n  enhanceProtect:\n{flags}    hardeningRules: [disallow-mount]\n    attackProtectionRules:\n      - {{name: disable-write-etc, action: audit}}\n"
+                "  mode: EnhanceProtect\n  enhanceProtect:\n{flags}    hardeningRules: [disallow-mount]\n    attackProtectionRules: [disable-write-etc]\n    auditRules: [disable-write-etc]\n"
             ))
         };
         let actions = |flags: &str| {
@@ -1165,6 +1180,10 @@ mod tests {
         assert_eq!(
             error("vulMitigationRules", "disable-shell"),
             "p.yaml: spec.enhanceProtect.vulMitigationRules[0]: \"disable-shell\" belongs in attackProtectionRules"
+        );
+        assert_eq!(
+            error("auditRules", "disable-shell"),
+            "p.yaml: spec.enhanceProtect.auditRules[0]: \"disable-shell\" is not listed in hardeningRules, attackProtectionRules or vulMitigationRules"
         );
         assert_eq!(
             error("attackProtectionRules", "block-access-to-kube-apiserver"),

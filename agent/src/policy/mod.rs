@@ -12,10 +12,10 @@ use std::path::Path;
 pub use catalog::{CAPABILITIES, Environment};
 pub use compile::{CompiledPolicy, Decider, NetworkEntry, RuleInfo, TrieEntry, compile};
 pub use effect::AddressBlock;
-pub use model::{
+pub use model::{Metadata, Policy};
+pub use palisade_crds::{
     Action, CapabilityRule, CustomRules, EnhanceProtect, ExecRule, FileRule, Mode, MountRule,
-    NetworkRule, OnFailure, Permission, Policy, PortRange, Protocol, RuleModule, RuleRef, Spec,
-    Target,
+    NetworkRule, OnFailure, Permission, PolicySpec, PortRange, Protocol, RuleModule, Target,
 };
 pub use pattern::Pattern;
 pub use replay::decide_event;

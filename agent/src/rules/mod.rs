@@ -41,11 +41,12 @@ use crate::policy::{
     NetworkRule as PolicyNetworkRule, Policy, PolicyError, PortRange,
 };
 
-/// Compiles `policy` (read from `file`) with the kernel rules of its rule modules, which `host`
-/// loads and runs.
+/// Compiles `policy` (from `source`, which errors name) with the kernel rules of its rule
+/// modules, which `host` loads from `modules` (a policy file's directory) and runs.
 pub fn compile_policy(
     host: &RuleHost,
-    file: &Path,
+    source: &Path,
+    modules: &Path,
     policy: &Policy,
     env: &Environment,
 ) -> Result<CompiledPolicy, PolicyError> {
@@ -54,20 +55,20 @@ pub fn compile_policy(
         node: env.node.clone(),
         kube_apiserver: env.kube_apiserver.clone(),
     };
-    let modules = compile_modules(host, file, policy, &context)?;
-    policy::compile(file, policy, env, &modules)
+    let rules = compile_modules(host, source, modules, policy, &context)?;
+    policy::compile(source, policy, env, &rules)
 }
 
 /// Loads each of `policy`'s rule modules and compiles its config: the kernel rules of
 /// `spec.ruleModules[i]` are element `i`, as custom rules (the compiler checks them like rules
-/// written in a policy). Module files are found relative to `file`'s directory.
+/// written in a policy). Module files are found relative to `dir`.
 fn compile_modules(
     host: &RuleHost,
     file: &Path,
+    dir: &Path,
     policy: &Policy,
     context: &Context,
 ) -> Result<Vec<CustomRules>, PolicyError> {
-    let dir = file.parent().unwrap_or(Path::new("."));
     policy
         .spec
         .rule_modules

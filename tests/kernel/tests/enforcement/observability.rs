@@ -213,9 +213,10 @@ pub(super) fn dashboard_reads_only_exported_metrics(exposition: &str) {
                 .map(move |suffix| format!("{family}{suffix}"))
         })
         .collect();
-    let dashboard: serde_json::Value =
-        serde_json::from_str(include_str!("../../../../dashboards/palisade.json"))
-            .expect("the dashboard is JSON");
+    let dashboard: serde_json::Value = serde_json::from_str(include_str!(
+        "../../../../charts/palisade/dashboards/palisade.json"
+    ))
+    .expect("the dashboard is JSON");
     let mut found = Vec::new();
     queries(&dashboard, &mut found);
     assert!(found.len() > 20, "{found:?}");

@@ -1,0 +1,180 @@
+//! `palisade agent --kubernetes`: policies from the PalisadePolicy and PalisadeClusterPolicy
+//! custom resources, enforced on the pods of this node. Reflectors keep the policies, this node's
+//! pods (`spec.nodeName`) and the namespaces' labels in memory; every change asks for a
+//! reconcile, which resolves each selected pod to its cgroup and installs its policy (arming
+//! cgroups the kubelet has not created yet), and reports on each policy in its status.
+
+mod reconcile;
+mod select;
+mod status;
+
+pub use reconcile::{Objects, PolicyKey, PolicyObject, PolicyReport, Reconciler};
+pub use status::{Observed, StatusWriter, observations, status_for};
+
+use std::{fmt::Debug, hash::Hash, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    core::PartialObjectMeta,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use palisade_crds::{PalisadeClusterPolicy, PalisadePolicy};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, watch};
+use tracing::{error, info, warn};
+
+use crate::{metrics::Metrics, targets::Enforce};
+
+/// The policies and pods of the cluster, as far as this node is concerned.
+pub struct Cluster {
+    reconciler: Reconciler,
+    policies: Store<PalisadePolicy>,
+    cluster_policies: Store<PalisadeClusterPolicy>,
+    pods: Store<Pod>,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+    observations: watch::Sender<Vec<Observed>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Cluster {
+    /// Starts the reflectors, each change sent on `changed`, and the status writer; returns once
+    /// every reflector has its first full list.
+    pub async fn connect(
+        client: Client,
+        node: &str,
+        reconciler: Reconciler,
+        status_interval: Duration,
+        metrics: Arc<Metrics>,
+        changed: mpsc::Sender<()>,
+    ) -> anyhow::Result<Self> {
+        let pods_here = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+        let pods = reflect(
+            watcher(Api::<Pod>::all(client.clone()), pods_here)
+                .default_backoff()
+                .modify(|pod| pod.managed_fields_mut().clear()),
+            "pods",
+            changed.clone(),
+        );
+        let policies = reflect(
+            watcher(Api::all(client.clone()), watcher::Config::default()).default_backoff(),
+            "PalisadePolicy",
+            changed.clone(),
+        );
+        let cluster_policies = reflect(
+            watcher(Api::all(client.clone()), watcher::Config::default()).default_backoff(),
+            "PalisadeClusterPolicy",
+            changed.clone(),
+        );
+        let namespaces = reflect(
+            watcher(
+                Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff(),
+            "namespaces",
+            changed,
+        );
+        info!(
+            node,
+            "waiting for the first list of policies, pods and namespaces"
+        );
+        policies.wait_until_ready().await?;
+        cluster_policies.wait_until_ready().await?;
+        pods.wait_until_ready().await?;
+        namespaces.wait_until_ready().await?;
+        let (observations, receiver) = watch::channel(Vec::new());
+        tokio::spawn(StatusWriter::new(client, node.to_owned(), status_interval).run(receiver));
+        Ok(Self {
+            reconciler,
+            policies,
+            cluster_policies,
+            pods,
+            namespaces,
+            observations,
+            metrics,
+        })
+    }
+
+    fn objects(&self) -> Objects {
+        let mut policies: Vec<PolicyObject> = self
+            .policies
+            .state()
+            .iter()
+            .map(|policy| PolicyObject::from(policy.as_ref()))
+            .chain(
+                self.cluster_policies
+                    .state()
+                    .iter()
+                    .map(|policy| PolicyObject::from(policy.as_ref())),
+            )
+            .collect();
+        policies.sort_by(|a, b| a.key.cmp(&b.key));
+        Objects {
+            policies,
+            pods: self.pods.state(),
+            namespaces: self
+                .namespaces
+                .state()
+                .iter()
+                .map(|namespace| (namespace.name_any(), namespace.labels().clone()))
+                .collect(),
+        }
+    }
+
+    /// Brings the kernel in line with the cluster; logs new errors and hands the reports to the
+    /// status writer.
+    pub fn reconcile(&mut self, enforcer: &mut impl Enforce) {
+        let objects = self.objects();
+        let (reports, errors) = self.reconciler.reconcile(&objects, enforcer);
+        for err in errors {
+            error!("{err}");
+        }
+        self.metrics
+            .policies
+            .set(self.reconciler.accepted_policies() as i64);
+        self.metrics
+            .policy_errors
+            .set(self.reconciler.errors() as i64);
+        let observed = observations(&objects.policies, reports);
+        self.observations.send_if_modified(|current| {
+            let changed = *current != observed;
+            *current = observed;
+            changed
+        });
+    }
+
+    /// Whether the last reconcile protected every pod its policy selects.
+    pub fn all_enforced(&self) -> bool {
+        self.reconciler.all_enforced()
+    }
+}
+
+/// Keeps a store of what `stream` sees, asking for a reconcile at every change.
+fn reflect<K, S>(stream: S, what: &'static str, changed: mpsc::Sender<()>) -> Store<K>
+where
+    K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = stream.reflect(writer);
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => {
+                    let _ = changed.try_send(());
+                }
+                // The watcher retries with backoff.
+                Err(err) => warn!("watching {what}: {err}"),
+            }
+        }
+    });
+    store
+}

@@ -1,0 +1,487 @@
+//! From the policies and this node's pods, as the reflectors see them, to what the kernel
+//! enforces: each pod's cgroup gets the policy that selects it, and each policy gets a report
+//! of what this node did with it.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
+use kube::ResourceExt;
+use palisade_crds::{PalisadeClusterPolicy, PalisadePolicy, PolicySpec, PolicyStatus};
+use tracing::{info, warn};
+
+use super::select::selects;
+use crate::{
+    policy::{CompiledPolicy, Environment, Policy},
+    rules::RuleHost,
+    targets::{CgroupDriver, Enforce, Hierarchy, Placement},
+};
+
+/// A policy of either kind: namespaced policies have a namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyKey {
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl PolicyKey {
+    /// The policy's name in metrics, events and logs: `namespace/name`, or `name` for a cluster
+    /// policy.
+    pub fn label(&self) -> String {
+        match &self.namespace {
+            Some(namespace) => format!("{namespace}/{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self.namespace {
+            Some(_) => "PalisadePolicy",
+            None => "PalisadeClusterPolicy",
+        }
+    }
+}
+
+impl std::fmt::Display for PolicyKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind(), self.label())
+    }
+}
+
+/// A policy object of either kind, as reconciling needs it.
+#[derive(Debug, Clone)]
+pub struct PolicyObject {
+    pub key: PolicyKey,
+    pub uid: String,
+    pub generation: i64,
+    pub created: Option<Timestamp>,
+    pub spec: PolicySpec,
+    pub status: Option<PolicyStatus>,
+}
+
+impl From<&PalisadePolicy> for PolicyObject {
+    fn from(policy: &PalisadePolicy) -> Self {
+        Self {
+            key: PolicyKey {
+                namespace: policy.namespace(),
+                name: policy.name_any(),
+            },
+            uid: policy.uid().unwrap_or_default(),
+            generation: policy.metadata.generation.unwrap_or_default(),
+            created: policy.creation_timestamp().map(|time| time.0),
+            spec: policy.spec.0.clone(),
+            status: policy.status.clone(),
+        }
+    }
+}
+
+impl From<&PalisadeClusterPolicy> for PolicyObject {
+    fn from(policy: &PalisadeClusterPolicy) -> Self {
+        Self {
+            key: PolicyKey {
+                namespace: None,
+                name: policy.name_any(),
+            },
+            uid: policy.uid().unwrap_or_default(),
+            generation: policy.metadata.generation.unwrap_or_default(),
+            created: policy.creation_timestamp().map(|time| time.0),
+            spec: policy.spec.0.clone(),
+            status: policy.status.clone(),
+        }
+    }
+}
+
+/// What the reflectors hold at one moment.
+#[derive(Debug, Default)]
+pub struct Objects {
+    pub policies: Vec<PolicyObject>,
+    /// This node's pods.
+    pub pods: Vec<Arc<Pod>>,
+    /// The labels of each namespace, by name.
+    pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// What this node did with one policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyReport {
+    pub generation: i64,
+    /// Why the policy's current generation cannot be enforced (the previous one stays).
+    pub rejected: Option<String>,
+    /// Pods of this node the policy selects and protects (armed ones included).
+    pub enforced_pods: u32,
+    /// Pods of this node the policy selects and does not protect.
+    pub failed_pods: u32,
+    /// Why, for the first of them.
+    pub first_error: Option<String>,
+    /// The pods the policy selects here, for the events about a rejection.
+    pub selected_pods: u32,
+}
+
+impl PolicyReport {
+    fn fail(&mut self, error: String) {
+        self.failed_pods += 1;
+        self.first_error.get_or_insert(error);
+    }
+}
+
+struct Compiled {
+    uid: String,
+    generation: i64,
+    result: Result<Arc<CompiledPolicy>, String>,
+}
+
+/// A pod this agent protects.
+struct EnforcedPod {
+    pod: String,
+    policy: PolicyKey,
+    generation: i64,
+    placement: Placement,
+}
+
+/// What a pod should get.
+enum Wanted {
+    /// This version of this policy, there.
+    Install {
+        pod: String,
+        policy: PolicyKey,
+        generation: i64,
+        compiled: Arc<CompiledPolicy>,
+        placement: Placement,
+    },
+    /// What it has: its policy's new version was rejected.
+    Keep,
+}
+
+pub struct Reconciler {
+    cgroups: Hierarchy,
+    /// The kubelet's cgroup driver, or `None` to find it from the cgroups there are.
+    driver: Option<CgroupDriver>,
+    rule_host: RuleHost,
+    /// Where rule modules named by policies are.
+    modules: PathBuf,
+    environment: Environment,
+    compiled: HashMap<PolicyKey, Compiled>,
+    /// By pod UID.
+    enforced: HashMap<String, EnforcedPod>,
+    /// The last error about each subject, so that a lasting problem is logged once.
+    reported: BTreeMap<String, String>,
+}
+
+impl Reconciler {
+    pub fn new(
+        cgroups: Hierarchy,
+        driver: Option<CgroupDriver>,
+        rule_host: RuleHost,
+        modules: PathBuf,
+        environment: Environment,
+    ) -> Self {
+        Self {
+            cgroups,
+            driver,
+            rule_host,
+            modules,
+            environment,
+            compiled: HashMap::new(),
+            enforced: HashMap::new(),
+            reported: BTreeMap::new(),
+        }
+    }
+
+    /// Whether the last reconcile protected every pod its policy selects.
+    pub fn all_enforced(&self) -> bool {
+        self.reported.is_empty()
+    }
+
+    /// Pods protected (or armed), by policy.
+    pub fn enforced_pods(&self) -> usize {
+        self.enforced.len()
+    }
+
+    /// Policies whose current generation compiled.
+    pub fn accepted_policies(&self) -> usize {
+        self.compiled
+            .values()
+            .filter(|compiled| compiled.result.is_ok())
+            .count()
+    }
+
+    /// Errors that last, by subject.
+    pub fn errors(&self) -> usize {
+        self.reported.len()
+    }
+
+    fn compile(&self, policy: &PolicyObject) -> Result<Arc<CompiledPolicy>, String> {
+        let source = policy.key.to_string();
+        let as_file = Policy {
+            api_version: palisade_crds::API_VERSION.to_owned(),
+            kind: policy.key.kind().to_owned(),
+            metadata: crate::policy::Metadata {
+                name: policy.key.label(),
+            },
+            spec: policy.spec.clone(),
+        };
+        crate::rules::compile_policy(
+            &self.rule_host,
+            Path::new(&source),
+            &self.modules,
+            &as_file,
+            &self.environment,
+        )
+        .map(Arc::new)
+        .map_err(|err| err.to_string())
+    }
+
+    /// Brings the kernel in line with `objects`. Returns a report for every policy, and the
+    /// errors not logged before.
+    pub fn reconcile(
+        &mut self,
+        objects: &Objects,
+        enforcer: &mut impl Enforce,
+    ) -> (BTreeMap<PolicyKey, PolicyReport>, Vec<String>) {
+        let mut reports: BTreeMap<PolicyKey, PolicyReport> = BTreeMap::new();
+        self.compiled
+            .retain(|key, _| objects.policies.iter().any(|policy| policy.key == *key));
+        for policy in &objects.policies {
+            let current = self.compiled.get(&policy.key).is_some_and(|compiled| {
+                compiled.uid == policy.uid && compiled.generation == policy.generation
+            });
+            if !current {
+                let result = self.compile(policy);
+                self.compiled.insert(
+                    policy.key.clone(),
+                    Compiled {
+                        uid: policy.uid.clone(),
+                        generation: policy.generation,
+                        result,
+                    },
+                );
+            }
+            reports.insert(
+                policy.key.clone(),
+                PolicyReport {
+                    generation: policy.generation,
+                    rejected: self.compiled[&policy.key].result.clone().err(),
+                    ..PolicyReport::default()
+                },
+            );
+        }
+        let mut errors = BTreeMap::new();
+        let wanted = self.wanted(objects, &mut reports, &mut errors);
+        self.apply(wanted, enforcer, &mut reports, &mut errors);
+        let new_errors = errors
+            .iter()
+            .filter(|(subject, error)| self.reported.get(*subject) != Some(error))
+            .map(|(_, error)| error.clone())
+            .collect();
+        self.reported = errors;
+        (reports, new_errors)
+    }
+
+    /// What each selected pod should get, by UID.
+    fn wanted(
+        &self,
+        objects: &Objects,
+        reports: &mut BTreeMap<PolicyKey, PolicyReport>,
+        errors: &mut BTreeMap<String, String>,
+    ) -> HashMap<String, Wanted> {
+        let driver = self
+            .driver
+            .or_else(|| CgroupDriver::detect(&self.cgroups.mount));
+        let no_labels = BTreeMap::new();
+        let mut wanted = HashMap::new();
+        for pod in &objects.pods {
+            let status = pod.status.as_ref();
+            if matches!(
+                status.and_then(|status| status.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            ) {
+                continue; // Its containers are gone, and so is its cgroup.
+            }
+            let (Some(uid), Some(namespace)) = (pod.uid(), pod.namespace()) else {
+                continue;
+            };
+            let name = format!("{namespace}/{}", pod.name_any());
+            let namespace_labels = objects.namespaces.get(&namespace).unwrap_or(&no_labels);
+            let mut candidates: Vec<&PolicyObject> = objects
+                .policies
+                .iter()
+                .filter(|policy| {
+                    policy
+                        .key
+                        .namespace
+                        .as_ref()
+                        .is_none_or(|own| *own == namespace)
+                        && policy
+                            .spec
+                            .target
+                            .as_ref()
+                            .is_some_and(|target| selects(target, pod, namespace_labels))
+                })
+                .collect();
+            // One policy per pod: the namespace's own before cluster policies, then the oldest.
+            candidates.sort_by_key(|policy| {
+                (
+                    policy.key.namespace.is_none(),
+                    policy.created,
+                    policy.key.name.clone(),
+                )
+            });
+            let Some((chosen, others)) = candidates.split_first() else {
+                continue;
+            };
+            for other in others {
+                let report = reports
+                    .get_mut(&other.key)
+                    .expect("every policy has a report");
+                report.selected_pods += 1;
+                report.fail(format!(
+                    "pod {name} is protected by {} (one policy per pod)",
+                    chosen.key
+                ));
+            }
+            let report = reports
+                .get_mut(&chosen.key)
+                .expect("every policy has a report");
+            report.selected_pods += 1;
+            let compiled = match &self.compiled[&chosen.key].result {
+                Ok(compiled) => compiled.clone(),
+                Err(_) => {
+                    let keeps = self
+                        .enforced
+                        .get(&uid)
+                        .is_some_and(|enforced| enforced.policy == chosen.key);
+                    if keeps {
+                        wanted.insert(uid, Wanted::Keep);
+                    } else {
+                        report.fail(format!("pod {name}: the policy is rejected"));
+                    }
+                    continue;
+                }
+            };
+            let placement = pod_placement(&self.cgroups, driver, pod);
+            match placement {
+                Ok(placement) => {
+                    wanted.insert(
+                        uid,
+                        Wanted::Install {
+                            pod: name,
+                            policy: chosen.key.clone(),
+                            generation: chosen.generation,
+                            compiled,
+                            placement,
+                        },
+                    );
+                }
+                Err(reason) => {
+                    let error = format!("pod {name} ({}): {reason}", chosen.key);
+                    report.fail(error.clone());
+                    errors.insert(name, error);
+                }
+            }
+        }
+        wanted
+    }
+
+    fn apply(
+        &mut self,
+        wanted: HashMap<String, Wanted>,
+        enforcer: &mut impl Enforce,
+        reports: &mut BTreeMap<PolicyKey, PolicyReport>,
+        errors: &mut BTreeMap<String, String>,
+    ) {
+        let released: Vec<String> = self
+            .enforced
+            .keys()
+            .filter(|uid| !wanted.contains_key(*uid))
+            .cloned()
+            .collect();
+        for uid in released {
+            let enforced = &self.enforced[&uid];
+            match enforced.placement.remove(enforcer) {
+                Ok(()) => {
+                    info!(pod = %enforced.pod, policy = %enforced.policy, "pod no longer protected");
+                    self.enforced.remove(&uid);
+                }
+                Err(err) => {
+                    let error =
+                        format!("pod {}: removing {}: {err}", enforced.pod, enforced.policy);
+                    errors.insert(enforced.pod.clone(), error);
+                }
+            }
+        }
+        for (uid, wanted) in wanted {
+            let Wanted::Install {
+                pod,
+                policy,
+                generation,
+                compiled,
+                placement,
+            } = wanted
+            else {
+                let enforced = &self.enforced[&uid];
+                reports
+                    .get_mut(&enforced.policy)
+                    .expect("a kept pod's policy has a report")
+                    .enforced_pods += 1;
+                continue;
+            };
+            let report = reports.get_mut(&policy).expect("every policy has a report");
+            let up_to_date = self.enforced.get(&uid).is_some_and(|enforced| {
+                enforced.policy == policy
+                    && enforced.generation == generation
+                    && enforced.placement == placement
+                    && placement.is_current(&self.cgroups)
+            });
+            if !up_to_date {
+                if let Err(err) = placement.install(enforcer, compiled) {
+                    let error = format!("pod {pod} ({policy}): cannot install: {err}");
+                    report.fail(error.clone());
+                    errors.insert(pod, error);
+                    continue;
+                }
+                info!(pod = %pod, policy = %policy, target = %placement.describe(), "pod protected");
+                let previous = self.enforced.insert(
+                    uid,
+                    EnforcedPod {
+                        pod: pod.clone(),
+                        policy,
+                        generation,
+                        placement: placement.clone(),
+                    },
+                );
+                // Off the previous placement (an armed cgroup now created), never before the new
+                // one is on.
+                if let Some(previous) = previous.filter(|previous| previous.placement != placement)
+                    && let Err(err) = previous.placement.remove(enforcer)
+                {
+                    warn!(pod = %pod, "removing the policy from {}: {err}", previous.placement.describe());
+                }
+            }
+            report.enforced_pods += 1;
+        }
+    }
+}
+
+/// Where `pod`'s cgroup is, or will be once the kubelet creates it.
+fn pod_placement(
+    cgroups: &Hierarchy,
+    driver: Option<CgroupDriver>,
+    pod: &Pod,
+) -> Result<Placement, String> {
+    let driver = driver.ok_or_else(|| {
+        format!(
+            "no kubelet cgroups (kubepods.slice or kubepods) in {}",
+            cgroups.mount.display()
+        )
+    })?;
+    let qos = pod
+        .status
+        .as_ref()
+        .and_then(|status| status.qos_class.as_deref())
+        .ok_or("no QoS class in its status yet")?;
+    let (parent, name) = driver.pod_cgroup(qos, &pod.uid().unwrap_or_default())?;
+    Placement::locate(cgroups, &parent.join(name).to_string_lossy()).map_err(|err| err.to_string())
+}

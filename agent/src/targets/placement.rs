@@ -1,0 +1,169 @@
+//! Where a policy is enforced, and what placing it needs from the kernel side.
+
+use std::{collections::HashMap, path::Path, sync::Arc};
+
+use aya::maps::MapError;
+
+use super::{Cgroup, CgroupError, Hierarchy};
+use crate::{
+    bpf::{Enforcer, StageError},
+    policy::CompiledPolicy,
+};
+
+/// What reconciling needs from the kernel side (a seam for tests).
+pub trait Enforce {
+    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError>;
+    fn remove(&mut self, target_id: u64) -> Result<bool, MapError>;
+    fn stage(
+        &mut self,
+        parent: &Cgroup,
+        name: &str,
+        policy: Arc<CompiledPolicy>,
+    ) -> Result<(), StageError>;
+    fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError>;
+}
+
+impl Enforce for Enforcer {
+    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError> {
+        Enforcer::apply(self, target, policy)
+    }
+
+    fn remove(&mut self, target_id: u64) -> Result<bool, MapError> {
+        Enforcer::remove(self, target_id)
+    }
+
+    fn stage(
+        &mut self,
+        parent: &Cgroup,
+        name: &str,
+        policy: Arc<CompiledPolicy>,
+    ) -> Result<(), StageError> {
+        Enforcer::stage(self, parent, name, policy)
+    }
+
+    fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError> {
+        Enforcer::unstage(self, parent_id, name)
+    }
+}
+
+/// Where a policy is enforced: on its target, or armed for a target not created yet (the kernel
+/// makes the new cgroup a target before any process can enter it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    Target(Cgroup),
+    Staged { parent: Cgroup, name: String },
+}
+
+impl Placement {
+    /// The cgroup at `path` (absolute or relative to the mount), or its parent when only the
+    /// parent exists yet.
+    pub fn locate(cgroups: &Hierarchy, path: &str) -> Result<Self, CgroupError> {
+        match cgroups.open(path) {
+            Ok(target) => Ok(Placement::Target(target)),
+            Err(missing @ CgroupError::Missing(_)) => {
+                let path = Path::new(path);
+                let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                    return Err(missing);
+                };
+                match cgroups.open(&parent.to_string_lossy()) {
+                    Ok(parent) => Ok(Placement::Staged {
+                        parent,
+                        name: name.to_string_lossy().into_owned(),
+                    }),
+                    Err(_) => Err(missing),
+                }
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Whether `locate` would still find this: the target was not recreated (a new id) and a
+    /// staged target was not created since.
+    pub fn is_current(&self, cgroups: &Hierarchy) -> bool {
+        match self {
+            Placement::Target(target) => cgroups
+                .open(&target.path.to_string_lossy())
+                .is_ok_and(|now| now.id == target.id),
+            Placement::Staged { parent, name } => matches!(
+                cgroups.open(&parent.path.join(name).to_string_lossy()),
+                Err(CgroupError::Missing(_))
+            ),
+        }
+    }
+
+    /// Puts `policy` on, replacing what was there; an error means nothing changed.
+    pub fn install(
+        &self,
+        enforcer: &mut impl Enforce,
+        policy: Arc<CompiledPolicy>,
+    ) -> Result<(), String> {
+        match self {
+            Placement::Target(target) => enforcer
+                .apply(target, policy)
+                .map_err(|err| err.to_string()),
+            Placement::Staged { parent, name } => enforcer
+                .stage(parent, name, policy)
+                .map_err(|err| err.to_string()),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Placement::Target(target) => target.path.display().to_string(),
+            Placement::Staged { parent, name } => {
+                format!("{} (armed until created)", parent.path.join(name).display())
+            }
+        }
+    }
+
+    /// Takes the policy off.
+    pub fn remove(&self, enforcer: &mut impl Enforce) -> Result<(), String> {
+        match self {
+            Placement::Target(target) => enforcer
+                .remove(target.id)
+                .map(drop)
+                .map_err(|err| err.to_string()),
+            Placement::Staged { parent, name } => enforcer
+                .unstage(parent.id, name)
+                .map(drop)
+                .map_err(|err| err.to_string()),
+        }
+    }
+}
+
+/// A kernel for tests: records the policies enforced, by target id, and staged, by parent id
+/// and name; can be told to fail.
+#[derive(Debug, Default)]
+pub struct FakeKernel {
+    pub enforced: HashMap<u64, Arc<CompiledPolicy>>,
+    pub staged: HashMap<(u64, String), Arc<CompiledPolicy>>,
+    pub fail: bool,
+}
+
+impl Enforce for FakeKernel {
+    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError> {
+        if self.fail {
+            return Err(MapError::KeyNotFound);
+        }
+        self.enforced.insert(target.id, policy);
+        Ok(())
+    }
+
+    fn remove(&mut self, target_id: u64) -> Result<bool, MapError> {
+        Ok(self.enforced.remove(&target_id).is_some())
+    }
+
+    fn stage(
+        &mut self,
+        parent: &Cgroup,
+        name: &str,
+        policy: Arc<CompiledPolicy>,
+    ) -> Result<(), StageError> {
+        self.staged.insert((parent.id, name.to_owned()), policy);
+        Ok(())
+    }
+
+    fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError> {
+        Ok(self.staged.remove(&(parent_id, name.to_owned())).is_some())
+    }
+}

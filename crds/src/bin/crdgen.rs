@@ -1,0 +1,6 @@
+//! Prints the CustomResourceDefinitions of both policy kinds (committed in the Helm chart; a
+//! test fails when the committed file is stale).
+
+fn main() {
+    print!("{}", palisade_crds::crds_yaml());
+}

@@ -1,0 +1,316 @@
+//! What a policy says: who is protected (`target`), how (`mode`), and with which rules. One
+//! model for local policy files and for both custom resource kinds.
+
+use std::borrow::Cow;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::KubeSchema;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+use crate::rules::{Category, names_in};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("self.mode == 'EnhanceProtect' || !has(self.enhanceProtect)").message("enhanceProtect is only allowed with mode EnhanceProtect"))]
+pub struct PolicySpec {
+    /// Who is protected. Required by the agent; `palisade run` protects its own fresh cgroup.
+    #[serde(default)]
+    pub target: Option<Target>,
+    pub mode: Mode,
+    /// Only with `mode: EnhanceProtect`.
+    #[serde(default)]
+    pub enhance_protect: Option<EnhanceProtect>,
+    #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub rule_modules: Vec<RuleModule>,
+}
+
+/// Who is protected: a cgroup (local policy files), or pods (Kubernetes) chosen by the workload
+/// that owns them (`kind` and `names`) and/or by their labels (`selector`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(
+    validation = Rule::new("has(self.cgroupPath) != (has(self.names) || has(self.selector))").message("set either cgroupPath (local policy files) or names and/or selector (Kubernetes)"),
+    validation = Rule::new("!has(self.names) || has(self.kind)").message("names need the kind of workload they name"),
+)]
+pub struct Target {
+    /// Local policy files: a cgroup v2 directory, absolute or relative to the cgroup2 mount.
+    /// Covers its descendants.
+    #[serde(default)]
+    pub cgroup_path: Option<String>,
+    /// Kubernetes: the kind of workload whose pods are protected.
+    #[serde(default)]
+    pub kind: Option<WorkloadKind>,
+    /// Kubernetes: the names of the workloads of `kind` (in the policy's namespace).
+    #[serde(default)]
+    pub names: Option<Vec<String>>,
+    /// Kubernetes: the labels of the pods protected.
+    #[serde(default)]
+    pub selector: Option<LabelSelector>,
+    /// PalisadeClusterPolicy: the labels of the namespaces whose pods are protected (all
+    /// namespaces when absent).
+    #[serde(default)]
+    pub namespace_selector: Option<LabelSelector>,
+}
+
+/// A workload that owns pods. A pod's owner is found through its owner references (a
+/// Deployment through the ReplicaSet it made).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum WorkloadKind {
+    Pod,
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    ReplicaSet,
+    Job,
+}
+
+/// A rule module the policy uses: it compiles `config` into kernel rules (enforced like custom
+/// rules, in every mode but AlwaysAllow) and decides what happens to the policy's audit events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuleModule {
+    /// Names the module's rules ("NAME/RULE") and its failures.
+    pub name: String,
+    /// The module file (a WebAssembly component, or an OPA Wasm bundle's policy.wasm): relative
+    /// to the policy file's directory, or in Kubernetes to the agent's module directory.
+    pub module: String,
+    /// The SHA-256 digest of the module file, in hex: any other content is refused.
+    #[schemars(regex(pattern = "^[0-9a-f]{64}$"))]
+    pub sha256: String,
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    #[schemars(schema_with = "any_object")]
+    pub config: serde_json::Value,
+    /// What happens to an event when the module fails to decide it.
+    #[serde(default)]
+    pub on_failure: OnFailure,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum OnFailure {
+    /// The event goes on unchanged.
+    #[default]
+    Keep,
+    /// The event is dropped (and counted).
+    Drop,
+}
+
+/// What a target is protected with (vArmor's modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Mode {
+    /// The programs watch the target; nothing is denied.
+    AlwaysAllow,
+    /// The container runtimes' default hardening: kernel interfaces in /proc and /sys, every
+    /// mount, and tracing processes outside the target.
+    RuntimeDefault,
+    /// RuntimeDefault (unless `privileged`), plus named built-in rules and custom rules.
+    EnhanceProtect,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[x_kube(validation = Rule::new("!has(self.auditRules) || self.auditRules.all(r, (has(self.hardeningRules) && r in self.hardeningRules) || (has(self.attackProtectionRules) && r in self.attackProtectionRules) || (has(self.vulMitigationRules) && r in self.vulMitigationRules))").message("every auditRules entry must also be listed in hardeningRules, attackProtectionRules or vulMitigationRules"))]
+pub struct EnhanceProtect {
+    /// The target is a privileged container: the RuntimeDefault set is not applied.
+    #[serde(default)]
+    pub privileged: bool,
+    #[serde(default)]
+    #[schemars(schema_with = "hardening_rules")]
+    pub hardening_rules: Vec<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "attack_protection_rules")]
+    pub attack_protection_rules: Vec<String>,
+    #[serde(default)]
+    #[schemars(schema_with = "vul_mitigation_rules")]
+    pub vul_mitigation_rules: Vec<String>,
+    /// Built-in rules of the lists above that report instead of denying.
+    #[serde(default)]
+    #[schemars(schema_with = "any_rules")]
+    pub audit_rules: Vec<String>,
+    #[serde(default)]
+    pub custom_rules: CustomRules,
+    /// Denials are also reported as audit events.
+    #[serde(default)]
+    pub audit_violations: bool,
+    /// Nothing is denied: what would be is reported (a trial run of the policy).
+    #[serde(default)]
+    pub allow_violations: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CustomRules {
+    #[serde(default)]
+    pub files: Vec<FileRule>,
+    #[serde(default)]
+    pub exec: Vec<ExecRule>,
+    #[serde(default)]
+    pub network: Vec<NetworkRule>,
+    #[serde(default)]
+    pub mount: Vec<MountRule>,
+    #[serde(default)]
+    pub capabilities: Vec<CapabilityRule>,
+}
+
+/// Files matching `paths` (globs: `*` within a path component, `**` across them, a trailing `/`
+/// for a directory's contents).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileRule {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[schemars(length(min = 1))]
+    pub paths: Vec<String>,
+    #[schemars(length(min = 1))]
+    pub permissions: Vec<Permission>,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecRule {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[schemars(length(min = 1))]
+    pub paths: Vec<String>,
+    pub action: Action,
+}
+
+/// Outgoing connections and datagrams to `addresses` (IP or CIDR; all when empty) on `ports`
+/// (a port or "low-high"; all when empty) over `protocols` (all when empty).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkRule {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub addresses: Vec<String>,
+    #[serde(default)]
+    pub ports: Vec<PortRange>,
+    #[serde(default)]
+    pub protocols: Vec<Protocol>,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PortRange {
+    Port(u16),
+    Range(String),
+}
+
+impl JsonSchema for PortRange {
+    fn schema_name() -> Cow<'static, str> {
+        "PortRange".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A port, or a range \"low-high\".",
+            "x-kubernetes-int-or-string": true,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Icmp,
+}
+
+/// New mounts of the listed file system types (every mount, remount, bind and move when empty).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MountRule {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub fs_types: Vec<String>,
+    pub action: Action,
+}
+
+/// Capabilities by name, e.g. `sys_admin` or `CAP_SYS_ADMIN`, `all`, or `-name` to leave one
+/// out of `all`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CapabilityRule {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[schemars(length(min = 1))]
+    pub capabilities: Vec<String>,
+    pub action: Action,
+}
+
+/// `read`, `write` (every open for writing, and truncating, deleting, renaming, linking and
+/// changing the mode of the file), `append` (only opens with O_APPEND) and `exec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Permission {
+    Read,
+    Write,
+    Append,
+    Exec,
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum Action {
+    /// Allow and report.
+    Audit,
+    /// Refuse with EPERM (reported with `auditViolations`).
+    Deny,
+}
+
+/// A list of built-in rule names out of `names`, each at most once.
+fn rule_list(description: &str, names: Vec<String>) -> Schema {
+    json_schema!({
+        "description": description,
+        "type": "array",
+        "items": {"type": "string", "enum": names},
+        "maxItems": names.len(),
+        "x-kubernetes-list-type": "set",
+    })
+}
+
+fn hardening_rules(_: &mut SchemaGenerator) -> Schema {
+    rule_list(
+        "Built-in rules that harden the container's boundary (mounts, capabilities, BPF, user namespaces).",
+        names_in(Category::Hardening),
+    )
+}
+
+fn attack_protection_rules(_: &mut SchemaGenerator) -> Schema {
+    rule_list(
+        "Built-in rules against what attackers do once inside (leaks, tools, network).",
+        names_in(Category::AttackProtection),
+    )
+}
+
+fn vul_mitigation_rules(_: &mut SchemaGenerator) -> Schema {
+    rule_list(
+        "Built-in rules that mitigate known vulnerabilities.",
+        names_in(Category::VulMitigation),
+    )
+}
+
+fn any_rules(_: &mut SchemaGenerator) -> Schema {
+    let names = Category::ALL.into_iter().flat_map(names_in).collect();
+    rule_list(
+        "Built-in rules of the lists above that report instead of denying.",
+        names,
+    )
+}
+
+/// A module's configuration: any JSON object, checked by the module.
+fn any_object(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}

@@ -1,0 +1,348 @@
+//! The agent's Kubernetes mode against a real API server, as the chart's service account: its
+//! reflectors follow policies, pods and namespaces; selected pods get their policy (armed before
+//! the kubelet makes their cgroup); a restarted agent resyncs; statuses and events say what
+//! each node did.
+
+use k8s_openapi::api::events::v1::Event;
+use kube::{Api, api::ListParams};
+use palisade_crds::{ENFORCED, PalisadePolicy, PolicyStatus, READY};
+use palisade_kube_tests::{
+    Agent, Node, admin, apply_policy, delete_pod, eventually, namespace, pod, relabel_pod,
+    rule_names,
+};
+
+fn web_policy(namespace: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: web\n  namespace: {namespace}\nspec:\n  target:\n    selector: {{matchLabels: {{app: web}}}}\n{extra}"
+    )
+}
+
+async fn delete_policy(namespace: &str, name: &str) {
+    Api::<PalisadePolicy>::namespaced(admin().await, namespace)
+        .delete(name, &Default::default())
+        .await
+        .expect("deleting a policy");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pods_are_protected_as_policies_and_pods_come_and_go() {
+    let client = admin().await;
+    namespace(&client, "lifecycle", &[]).await;
+    let node = Node::new("lifecycle");
+    let first = pod(&client, "lifecycle", "web-1", &node.name, &[("app", "web")]).await;
+    let first_id = node.start(&first);
+    let agent = Agent::start(&node).await;
+    assert!(agent.enforced(first_id).is_none(), "no policy yet");
+
+    apply_policy(
+        &client,
+        &web_policy("lifecycle", "  mode: RuntimeDefault\n"),
+    )
+    .await;
+    let policy = eventually("web-1 protected", async || agent.enforced(first_id)).await;
+    assert_eq!(policy.name, "lifecycle/web");
+
+    // A pod the kubelet has not started: armed under its QoS cgroup, which the kubelet makes too.
+    std::fs::create_dir_all(node.best_effort()).unwrap();
+    let second = pod(&client, "lifecycle", "web-2", &node.name, &[("app", "web")]).await;
+    let (parent, name) = node.pod_cgroup(&second);
+    eventually("web-2 armed", async || agent.armed(&node, &parent, &name)).await;
+    let second_id = node.start(&second);
+    eventually("web-2 protected once started", async || {
+        agent
+            .enforced(second_id)
+            .filter(|_| agent.armed(&node, &parent, &name).is_none())
+    })
+    .await;
+
+    // A new version of the policy replaces the old one on every pod.
+    apply_policy(
+        &client,
+        &web_policy(
+            "lifecycle",
+            "  mode: EnhanceProtect\n  enhanceProtect:\n    hardeningRules: [disallow-mount]\n",
+        ),
+    )
+    .await;
+    for id in [first_id, second_id] {
+        eventually("the new version", async || {
+            agent
+                .enforced(id)
+                .filter(|policy| rule_names(policy).contains(&"disallow-mount".to_owned()))
+        })
+        .await;
+    }
+
+    // A pod no longer selected, a deleted pod, a deleted policy: released.
+    relabel_pod(&client, "lifecycle", "web-1", &[("app", "other")]).await;
+    eventually("web-1 released", async || {
+        agent.enforced(first_id).is_none().then_some(())
+    })
+    .await;
+    delete_pod(&client, "lifecycle", "web-2").await;
+    eventually("web-2 released", async || {
+        agent.enforced(second_id).is_none().then_some(())
+    })
+    .await;
+    relabel_pod(&client, "lifecycle", "web-1", &[("app", "web")]).await;
+    eventually("web-1 protected again", async || agent.enforced(first_id)).await;
+    delete_policy("lifecycle", "web").await;
+    eventually("nothing enforced", async || {
+        let kernel = agent.kernel.lock().unwrap();
+        (kernel.enforced.is_empty() && kernel.staged.is_empty()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_agent_resyncs_without_dropping_enforcement() {
+    let client = admin().await;
+    namespace(&client, "restart", &[]).await;
+    let node = Node::new("restart");
+    let kept = pod(
+        &client,
+        "restart",
+        "web-kept",
+        &node.name,
+        &[("app", "web")],
+    )
+    .await;
+    let kept_id = node.start(&kept);
+    let gone = pod(
+        &client,
+        "restart",
+        "web-gone",
+        &node.name,
+        &[("app", "web")],
+    )
+    .await;
+    let gone_id = node.start(&gone);
+    apply_policy(&client, &web_policy("restart", "  mode: RuntimeDefault\n")).await;
+    let agent = Agent::start(&node).await;
+    eventually("both protected", async || {
+        agent.enforced(kept_id).and(agent.enforced(gone_id))
+    })
+    .await;
+    let kernel = agent.stop();
+
+    // While no agent runs: the policy changes, a pod goes, a pod comes.
+    apply_policy(
+        &client,
+        &web_policy(
+            "restart",
+            "  mode: EnhanceProtect\n  enhanceProtect:\n    hardeningRules: [disallow-umount]\n",
+        ),
+    )
+    .await;
+    delete_pod(&client, "restart", "web-gone").await;
+    let new = pod(&client, "restart", "web-new", &node.name, &[("app", "web")]).await;
+    let new_id = node.start(&new);
+    assert!(
+        kernel.lock().unwrap().enforced.contains_key(&kept_id),
+        "enforcement outlives the agent"
+    );
+
+    // The new agent's first reconcile, before it returns, brings the kernel up to date by
+    // replacing entries, never removing them first.
+    let agent = Agent::start_with(&node, kernel).await;
+    let kept_policy = agent.enforced(kept_id).expect("still protected");
+    assert!(
+        rule_names(&kept_policy).contains(&"disallow-umount".to_owned()),
+        "the new version"
+    );
+    assert!(agent.enforced(new_id).is_some(), "the new pod protected");
+    // The deleted pod's cgroup is gone with it; a new agent knows nothing of its entry (the real
+    // agent retires the previous agent's kernel state once everything is enforced).
+}
+
+fn condition<'a>(
+    status: &'a PolicyStatus,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    status
+        .conditions
+        .iter()
+        .find(|condition| condition.type_ == type_)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn statuses_and_events_say_what_each_node_did() {
+    let client = admin().await;
+    namespace(&client, "status", &[]).await;
+    let ready_node = Node::new("status-a");
+    let other_node = Node::new("status-b");
+    let here = pod(
+        &client,
+        "status",
+        "web-a",
+        &ready_node.name,
+        &[("app", "web")],
+    )
+    .await;
+    ready_node.start(&here);
+    // On the other node the kubelet has not made the BestEffort cgroup: the pod cannot be armed.
+    let there = pod(
+        &client,
+        "status",
+        "web-b",
+        &other_node.name,
+        &[("app", "web")],
+    )
+    .await;
+    let _agents = [
+        Agent::start(&ready_node).await,
+        Agent::start(&other_node).await,
+    ];
+    apply_policy(&client, &web_policy("status", "  mode: RuntimeDefault\n")).await;
+    let policies: Api<PalisadePolicy> = Api::namespaced(client.clone(), "status");
+    let status = eventually("both nodes report", async || {
+        let status = policies.get_status("web").await.ok()?.status?;
+        (status.nodes.len() == 2).then_some(status)
+    })
+    .await;
+    let ready = condition(&status, READY).expect("Ready");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", "Accepted")
+    );
+    assert_eq!(status.observed_generation, Some(1));
+    let entry = |status: &PolicyStatus, node: &str| {
+        status
+            .nodes
+            .iter()
+            .find(|entry| entry.node == node)
+            .cloned()
+            .expect("an entry")
+    };
+    assert_eq!(
+        (
+            entry(&status, "status-a").enforced_pods,
+            entry(&status, "status-a").failed_pods
+        ),
+        (1, 0)
+    );
+    let failed = entry(&status, "status-b");
+    assert_eq!((failed.enforced_pods, failed.failed_pods), (0, 1));
+    assert!(
+        failed
+            .message
+            .as_deref()
+            .is_some_and(|message| message.contains("pod status/web-b")),
+        "{failed:?}"
+    );
+    let enforced = eventually("Enforced turns False", async || {
+        let status = policies.get_status("web").await.ok()?.status?;
+        condition(&status, ENFORCED)
+            .filter(|condition| condition.status == "False")
+            .cloned()
+    })
+    .await;
+    assert_eq!(enforced.reason, "PodsNotProtected");
+    assert_eq!(
+        enforced.message,
+        "selected pods are not protected on: status-b"
+    );
+
+    // The kubelet catches up: every pod protected.
+    other_node.start(&there);
+    eventually("Enforced turns True", async || {
+        let status = policies.get_status("web").await.ok()?.status?;
+        let done = condition(&status, ENFORCED)?.status == "True"
+            && entry(&status, "status-b").enforced_pods == 1;
+        done.then_some(())
+    })
+    .await;
+
+    // A policy that cannot compile: Ready False with the reason, and an event from each node
+    // where it selects pods. (It also selects pods that `web`, older, already protects.)
+    let digest = "0".repeat(64);
+    apply_policy(
+        &client,
+        &format!("apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: broken\n  namespace: status\nspec:\n  target:\n    selector: {{matchLabels: {{app: web}}}}\n  mode: RuntimeDefault\n  ruleModules:\n    - {{name: absent, module: absent.wasm, sha256: \"{digest}\"}}\n"),
+    )
+    .await;
+    let rejected = eventually("Ready False", async || {
+        let status = policies.get_status("broken").await.ok()?.status?;
+        condition(&status, READY)
+            .filter(|condition| condition.status == "False")
+            .cloned()
+    })
+    .await;
+    assert_eq!(rejected.reason, "Rejected");
+    assert!(
+        rejected.message.contains("absent.wasm"),
+        "{}",
+        rejected.message
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), "status");
+    let reporters = eventually("an event from each node", async || {
+        let events = events.list(&ListParams::default()).await.ok()?;
+        let mut reporters: Vec<String> = events
+            .items
+            .iter()
+            .filter(|event| event.reason.as_deref() == Some("PolicyRejected"))
+            .filter(|event| {
+                event
+                    .regarding
+                    .as_ref()
+                    .and_then(|regarding| regarding.name.as_deref())
+                    == Some("broken")
+            })
+            .filter_map(|event| event.reporting_instance.clone())
+            .collect();
+        reporters.sort();
+        (reporters.len() == 2).then_some(reporters)
+    })
+    .await;
+    assert_eq!(reporters, ["status-a", "status-b"]);
+    let shadowed = eventually("broken's node entries", async || {
+        let status = policies.get_status("broken").await.ok()?.status?;
+        (status.nodes.len() == 2).then_some(status)
+    })
+    .await;
+    assert!(
+        entry(&shadowed, "status-a")
+            .message
+            .as_deref()
+            .is_some_and(|message| message.contains("is protected by PalisadePolicy status/web")),
+        "{shadowed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_policies_follow_namespace_labels_and_yield_to_namespaced_ones() {
+    let client = admin().await;
+    namespace(&client, "tenant", &[("env", "prod")]).await;
+    let node = Node::new("cluster");
+    let app = pod(&client, "tenant", "app", &node.name, &[("app", "web")]).await;
+    let id = node.start(&app);
+    let agent = Agent::start(&node).await;
+    apply_policy(
+        &client,
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadeClusterPolicy\nmetadata:\n  name: prod-baseline\nspec:\n  target:\n    selector: {}\n    namespaceSelector: {matchLabels: {env: prod}}\n  mode: RuntimeDefault\n",
+    )
+    .await;
+    let policy = eventually("the cluster policy", async || agent.enforced(id)).await;
+    assert_eq!(policy.name, "prod-baseline");
+    // The namespace's own policy takes precedence.
+    apply_policy(&client, &web_policy("tenant", "  mode: AlwaysAllow\n")).await;
+    eventually("the namespace's policy", async || {
+        agent
+            .enforced(id)
+            .filter(|policy| policy.name == "tenant/web")
+    })
+    .await;
+    delete_policy("tenant", "web").await;
+    eventually("the cluster policy again", async || {
+        agent
+            .enforced(id)
+            .filter(|policy| policy.name == "prod-baseline")
+    })
+    .await;
+    // The namespace leaves prod: released.
+    namespace(&client, "tenant", &[("env", "dev")]).await;
+    eventually("released", async || {
+        agent.enforced(id).is_none().then_some(())
+    })
+    .await;
+}

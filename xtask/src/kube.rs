@@ -1,0 +1,520 @@
+//! A real Kubernetes control plane for tests: etcd and kube-apiserver on loopback (built by
+//! scripts/kube-tools.sh), with certificates made here, and the chart installed into it with
+//! helm. Also the checks of the chart: helm lint, kubeconform -strict on what it renders (with
+//! schemas from this API server and from the CRDs), and a server-side dry run.
+
+use std::{
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail, ensure};
+use serde_json::{Value, json};
+
+use crate::kernels::cache_dir;
+
+/// The address the test VM reaches the API server at (QEMU's guestfwd relays it to loopback).
+pub const VM_ADDRESS: &str = "10.0.2.100";
+/// The agent's identity: the chart's service account, as a client certificate, so that the
+/// agent runs with exactly the RBAC the chart grants.
+const AGENT_USER: &str = "system:serviceaccount:palisade:palisade";
+const NAMESPACE: &str = "palisade";
+
+fn tools() -> PathBuf {
+    std::env::var_os("PALISADE_KUBE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("kube/bin"))
+}
+
+pub fn tool(name: &str) -> anyhow::Result<PathBuf> {
+    let path = tools().join(name);
+    ensure!(
+        path.exists(),
+        "{} is missing: scripts/kube-tools.sh builds it",
+        path.display()
+    );
+    Ok(path)
+}
+
+fn run(command: &mut Command) -> anyhow::Result<String> {
+    let output = command
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    ensure!(
+        output.status.success(),
+        "{command:?} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// etcd and kube-apiserver, stopped when dropped.
+pub struct ApiServer {
+    pub dir: PathBuf,
+    pub port: u16,
+    processes: Vec<Child>,
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        for process in self.processes.iter_mut().rev() {
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+    }
+}
+
+/// An ECDSA P-256 key and a certificate for `subject` signed by the CA in `dir` (or the CA
+/// itself, self-signed).
+fn certificate(dir: &Path, name: &str, subject: &str, extensions: &str) -> anyhow::Result<()> {
+    let key = dir.join(format!("{name}.key"));
+    run(Command::new("openssl")
+        .args([
+            "ecparam",
+            "-name",
+            "prime256v1",
+            "-genkey",
+            "-noout",
+            "-out",
+        ])
+        .arg(&key))?;
+    let cert = dir.join(format!("{name}.crt"));
+    let ext = dir.join(format!("{name}.ext"));
+    std::fs::write(&ext, extensions)?;
+    if name == "ca" {
+        run(Command::new("openssl")
+            .args([
+                "req", "-x509", "-new", "-days", "2", "-subj", subject, "-key",
+            ])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .arg("-extensions")
+            .arg("v3")
+            .arg("-config")
+            .arg(&ext))?;
+    } else {
+        let csr = dir.join(format!("{name}.csr"));
+        run(Command::new("openssl")
+            .args(["req", "-new", "-subj", subject, "-key"])
+            .arg(&key)
+            .arg("-out")
+            .arg(&csr))?;
+        run(Command::new("openssl")
+            .args(["x509", "-req", "-days", "2", "-CAcreateserial", "-in"])
+            .arg(&csr)
+            .arg("-CA")
+            .arg(dir.join("ca.crt"))
+            .arg("-CAkey")
+            .arg(dir.join("ca.key"))
+            .arg("-out")
+            .arg(&cert)
+            .arg("-extfile")
+            .arg(&ext))?;
+    }
+    Ok(())
+}
+
+/// A kubeconfig for `user` reaching `server`, its files under `files` (host or VM paths).
+fn kubeconfig(server: &str, user: &str, files: &Path) -> String {
+    let file = |name: &str| files.join(name).display().to_string();
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: {user}\n  user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: {user}\ncurrent-context: test\n",
+        file("ca.crt"),
+        file(&format!("{user}.crt")),
+        file(&format!("{user}.key")),
+    )
+}
+
+impl ApiServer {
+    /// Starts etcd and kube-apiserver with fresh state in `dir`; returns once /readyz says so.
+    pub fn start(dir: &Path) -> anyhow::Result<Self> {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir)?;
+        let dir = dir.canonicalize()?;
+        certificate(
+            &dir,
+            "ca",
+            "/CN=palisade-test-ca",
+            "[v3]\nbasicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n",
+        )?;
+        certificate(
+            &dir,
+            "apiserver",
+            "/CN=kube-apiserver",
+            &format!(
+                "subjectAltName=IP:127.0.0.1,IP:{VM_ADDRESS},DNS:localhost,DNS:kubernetes\nextendedKeyUsage=serverAuth\n"
+            ),
+        )?;
+        certificate(
+            &dir,
+            "admin",
+            "/O=system:masters/CN=admin",
+            "extendedKeyUsage=clientAuth\n",
+        )?;
+        certificate(
+            &dir,
+            "agent",
+            &format!("/CN={AGENT_USER}"),
+            "extendedKeyUsage=clientAuth\n",
+        )?;
+        run(Command::new("openssl")
+            .args([
+                "ecparam",
+                "-name",
+                "prime256v1",
+                "-genkey",
+                "-noout",
+                "-out",
+            ])
+            .arg(dir.join("sa.key")))?;
+        run(Command::new("openssl")
+            .args(["ec", "-pubout", "-in"])
+            .arg(dir.join("sa.key"))
+            .arg("-out")
+            .arg(dir.join("sa.pub")))?;
+
+        let (etcd_port, peer_port, port) = (free_port()?, free_port()?, free_port()?);
+        let log = |name: &str| -> anyhow::Result<Stdio> {
+            Ok(std::fs::File::create(dir.join(format!("{name}.log")))?.into())
+        };
+        let mut server = Self {
+            dir: dir.clone(),
+            port,
+            processes: Vec::new(),
+        };
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        server.processes.push(
+            Command::new(tool("etcd")?)
+                .arg("--data-dir")
+                .arg(dir.join("etcd"))
+                .args([
+                    "--listen-client-urls",
+                    &etcd_url,
+                    "--advertise-client-urls",
+                    &etcd_url,
+                ])
+                .args([
+                    "--listen-peer-urls",
+                    &format!("http://127.0.0.1:{peer_port}"),
+                ])
+                .args([
+                    "--initial-advertise-peer-urls",
+                    &format!("http://127.0.0.1:{peer_port}"),
+                ])
+                .args([
+                    "--initial-cluster",
+                    &format!("default=http://127.0.0.1:{peer_port}"),
+                ])
+                .arg("--unsafe-no-fsync")
+                .stdout(log("etcd")?)
+                .stderr(log("etcd")?)
+                .spawn()
+                .context("starting etcd")?,
+        );
+        let file = |name: &str| dir.join(name).display().to_string();
+        server.processes.push(
+            Command::new(tool("kube-apiserver")?)
+                .args(["--etcd-servers", &etcd_url])
+                .args([
+                    "--bind-address",
+                    "127.0.0.1",
+                    "--secure-port",
+                    &port.to_string(),
+                ])
+                .args(["--client-ca-file", &file("ca.crt")])
+                .args(["--tls-cert-file", &file("apiserver.crt")])
+                .args(["--tls-private-key-file", &file("apiserver.key")])
+                .args(["--service-account-issuer", "https://kubernetes.default.svc"])
+                .args(["--service-account-key-file", &file("sa.pub")])
+                .args(["--service-account-signing-key-file", &file("sa.key")])
+                .args(["--service-cluster-ip-range", "10.0.0.0/24"])
+                .args(["--authorization-mode", "RBAC"])
+                .args(["--endpoint-reconciler-type", "none"])
+                // No controller-manager makes service accounts' tokens or default accounts.
+                .arg("--disable-admission-plugins=ServiceAccount")
+                .stdout(log("kube-apiserver")?)
+                .stderr(log("kube-apiserver")?)
+                .spawn()
+                .context("starting kube-apiserver")?,
+        );
+        for user in ["admin", "agent"] {
+            std::fs::write(
+                dir.join(format!("{user}.kubeconfig")),
+                kubeconfig(&format!("https://127.0.0.1:{port}"), user, &dir),
+            )?;
+        }
+        let started = Instant::now();
+        while server.get("/readyz").is_err() {
+            if started.elapsed() > Duration::from_secs(60) {
+                bail!(
+                    "kube-apiserver not ready after 60 s; see {}",
+                    dir.join("kube-apiserver.log").display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Ok(server)
+    }
+
+    pub fn kubeconfig(&self, user: &str) -> PathBuf {
+        self.dir.join(format!("{user}.kubeconfig"))
+    }
+
+    /// GET `path` as admin.
+    pub fn get(&self, path: &str) -> anyhow::Result<String> {
+        let file = |name: &str| self.dir.join(name);
+        run(Command::new("curl")
+            .args(["--silent", "--show-error", "--fail", "--cacert"])
+            .arg(file("ca.crt"))
+            .arg("--cert")
+            .arg(file("admin.crt"))
+            .arg("--key")
+            .arg(file("admin.key"))
+            .arg(format!("https://127.0.0.1:{}{path}", self.port)))
+    }
+
+    fn helm(&self) -> anyhow::Result<Command> {
+        let mut helm = Command::new(tool("helm")?);
+        helm.arg("--kubeconfig").arg(self.kubeconfig("admin"));
+        Ok(helm)
+    }
+
+    /// Installs the chart (its CRDs, RBAC, DaemonSet...) as a user would, after a server-side
+    /// dry run.
+    pub fn install_chart(&self, chart: &Path) -> anyhow::Result<()> {
+        for dry_run in [true, false] {
+            let mut helm = self.helm()?;
+            helm.args(["install", "palisade"]).arg(chart).args([
+                "--namespace",
+                NAMESPACE,
+                "--create-namespace",
+                "--wait=false",
+            ]);
+            if dry_run {
+                helm.arg("--dry-run=server");
+            }
+            run(&mut helm)?;
+        }
+        Ok(())
+    }
+}
+
+/// helm lint, and the chart rendered (with every optional part on) checked by kubeconform
+/// -strict against the API server's own schemas and the CRDs'; then `examples` (policies) too.
+pub fn check_chart(server: &ApiServer, chart: &Path, examples: &Path) -> anyhow::Result<()> {
+    run(Command::new(tool("helm")?)
+        .args(["lint", "--strict"])
+        .arg(chart))?;
+    let schemas = server.dir.join("schemas");
+    write_schemas(&server.get("/openapi/v2")?, &chart.join("crds"), &schemas)?;
+    let rendered = run(Command::new(tool("helm")?)
+        .args(["template", "palisade"])
+        .arg(chart)
+        .args(["--namespace", NAMESPACE])
+        .args([
+            "--set",
+            "dashboard.enabled=true",
+            "--set",
+            "serviceMonitor.enabled=true",
+        ]))?;
+    let rendered_file = server.dir.join("rendered.yaml");
+    std::fs::write(&rendered_file, rendered)?;
+    let location = format!(
+        "{}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json",
+        schemas.display()
+    );
+    let summary = run(Command::new(tool("kubeconform")?)
+        // Prometheus Operator's CRDs are not installed here.
+        .args([
+            "-strict",
+            "-summary",
+            "-skip",
+            "ServiceMonitor",
+            "-schema-location",
+            &location,
+        ])
+        .arg(&rendered_file)
+        .arg(examples))?;
+    print!("kubeconform: {summary}");
+    Ok(())
+}
+
+/// kubeconform's schema files from the API server's OpenAPI v2 document and from the CRDs in
+/// `crds`: one standalone JSON schema per kind, `kind-group-version.json` (the group's first
+/// label), objects closed to unknown fields (-strict).
+fn write_schemas(openapi: &str, crds: &Path, out: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out)?;
+    let document: Value = serde_json::from_str(openapi)?;
+    let definitions = document["definitions"]
+        .as_object()
+        .context("no definitions in /openapi/v2")?;
+    for (name, definition) in definitions {
+        let Some(kinds) = definition["x-kubernetes-group-version-kind"].as_array() else {
+            continue;
+        };
+        for gvk in kinds {
+            let schema = standalone(definition, definitions, &mut vec![name.clone()]);
+            write_schema(
+                out,
+                gvk["kind"].as_str(),
+                gvk["group"].as_str(),
+                gvk["version"].as_str(),
+                &schema,
+            )?;
+        }
+    }
+    for entry in std::fs::read_dir(crds)? {
+        let text = std::fs::read_to_string(entry?.path())?;
+        for document in text
+            .split("\n---")
+            .filter(|document| !document.trim().is_empty() && document.trim() != "---")
+        {
+            let crd: Value = serde_yaml::from_str(document)?;
+            let spec = &crd["spec"];
+            for version in spec["versions"].as_array().into_iter().flatten() {
+                let mut schema = version["schema"]["openAPIV3Schema"].clone();
+                let properties = schema["properties"]
+                    .as_object_mut()
+                    .context("a CRD schema has properties")?;
+                for field in ["apiVersion", "kind"] {
+                    properties.entry(field).or_insert(json!({"type": "string"}));
+                }
+                properties
+                    .entry("metadata")
+                    .or_insert(json!({"type": "object"}));
+                write_schema(
+                    out,
+                    spec["names"]["kind"].as_str(),
+                    spec["group"].as_str(),
+                    version["name"].as_str(),
+                    &strict(schema),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_schema(
+    out: &Path,
+    kind: Option<&str>,
+    group: Option<&str>,
+    version: Option<&str>,
+    schema: &Value,
+) -> anyhow::Result<()> {
+    let (Some(kind), Some(group), Some(version)) = (kind, group, version) else {
+        bail!("a kind without group, version or name");
+    };
+    let group = group.split('.').next().unwrap_or_default();
+    let name = if group.is_empty() {
+        format!("{}-{version}.json", kind.to_lowercase())
+    } else {
+        format!("{}-{group}-{version}.json", kind.to_lowercase())
+    };
+    std::fs::write(out.join(name), serde_json::to_string(schema)?)?;
+    Ok(())
+}
+
+/// `schema` with every `$ref` replaced by its definition (a recursive one by an open schema),
+/// Kubernetes' int-or-string formats as JSON Schema alternatives, and objects closed.
+fn standalone(
+    schema: &Value,
+    definitions: &serde_json::Map<String, Value>,
+    stack: &mut Vec<String>,
+) -> Value {
+    match schema {
+        Value::Object(map) => {
+            if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
+                let name = reference.trim_start_matches("#/definitions/").to_owned();
+                if stack.contains(&name) {
+                    return json!({});
+                }
+                let Some(definition) = definitions.get(&name) else {
+                    return json!({});
+                };
+                stack.push(name);
+                let resolved = standalone(definition, definitions, stack);
+                stack.pop();
+                return resolved;
+            }
+            let mut out = serde_json::Map::new();
+            for (key, value) in map {
+                out.insert(key.clone(), standalone(value, definitions, stack));
+            }
+            strict(Value::Object(out))
+        }
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|item| standalone(item, definitions, stack))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// Closes objects with properties to other fields and spells int-or-string in JSON Schema.
+fn strict(schema: Value) -> Value {
+    let Value::Object(mut map) = schema else {
+        return schema;
+    };
+    for value in map.values_mut() {
+        *value = match value.take() {
+            Value::Object(inner) => strict(Value::Object(inner)),
+            Value::Array(items) => Value::Array(items.into_iter().map(strict).collect()),
+            other => other,
+        };
+    }
+    let int_or_string = map.get("format").and_then(Value::as_str) == Some("int-or-string")
+        || map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
+    if int_or_string {
+        map.remove("type");
+        map.remove("format");
+        map.insert(
+            "oneOf".into(),
+            json!([{"type": "string"}, {"type": "integer"}]),
+        );
+    }
+    let open = map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    if map.contains_key("properties") && !open && !map.contains_key("additionalProperties") {
+        map.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    Value::Object(map)
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `cargo xtask kube-test`.
+pub fn test() -> anyhow::Result<()> {
+    let root = workspace();
+    let chart = root.join("charts/palisade");
+    let server = ApiServer::start(&root.join("target/kube"))?;
+    check_chart(&server, &chart, &root.join("examples/kubernetes"))?;
+    server.install_chart(&chart)?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "test",
+            "--locked",
+            "--package",
+            "palisade-kube-tests",
+            "--",
+            "--test-threads=1",
+        ])
+        .env("KUBECONFIG", server.kubeconfig("admin"))
+        .env("PALISADE_AGENT_KUBECONFIG", server.kubeconfig("agent"))
+        .status()?;
+    ensure!(status.success(), "the Kubernetes tests failed");
+    Ok(())
+}
