@@ -12,14 +12,11 @@ use std::{
 };
 
 use palisade_agent::rules::{Context, Event, LoadedModule, RuleHost};
+use palisade_benchmarks::{register_font, workspace};
 use plotters::prelude::*;
 
 const REPETITIONS: usize = 300;
 const BATCHES: [usize; 2] = [1, 64];
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// Median and 90th percentile of `samples`.
 fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
@@ -208,13 +205,7 @@ fn write_results(out: &Path, rows: &[Row]) -> anyhow::Result<()> {
 
 /// A bar chart of decide time per event (median), log scale.
 fn plot(path: &Path, rows: &[Row]) -> anyhow::Result<()> {
-    let font = std::fs::read("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")?;
-    plotters::style::register_font(
-        "sans-serif",
-        FontStyle::Normal,
-        Box::leak(font.into_boxed_slice()),
-    )
-    .map_err(|_| anyhow::anyhow!("the DejaVu font does not load"))?;
+    register_font()?;
     let root = BitMapBackend::new(path, (1000, 480)).into_drawing_area();
     root.fill(&WHITE)?;
     let max = rows

@@ -94,8 +94,8 @@ typedef uint64_t __u64;
 #define PALISADE_LOOKUP_SOCKETS (1u << 1)
 #define PALISADE_LOOKUP_NETWORK (1u << 2)
 
-/* Bytes of a cgroup's name in a `pending` key (with its NUL). */
-#define PALISADE_CGROUP_NAME_LEN 64
+/* Bytes of a cgroup's name in a `pending` key (with its NUL): a systemd pod slice is ~65. */
+#define PALISADE_CGROUP_NAME_LEN 128
 
 /* Key of the `pending` hash map: a cgroup that does not exist yet, by its parent's id and its
  * name. When the kernel creates it, it becomes a target with the value's policy. */

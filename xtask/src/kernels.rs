@@ -57,8 +57,13 @@ fn resolve(series: &str) -> anyhow::Result<String> {
 }
 
 /// Kernel modules the VM loads: a RAM disk (block devices) and a block-device file system, so
-/// that the rules on disk devices meet real ones.
-const MODULES: [&str; 2] = ["drivers/block/brd", "fs/minix/minix"];
+/// that the rules on disk devices meet real ones; the NIC through which the Kubernetes test
+/// reaches the API server on the host.
+const MODULES: [&str; 3] = [
+    "drivers/block/brd",
+    "fs/minix/minix",
+    "drivers/net/ethernet/intel/e1000/e1000",
+];
 
 /// A Debian kernel, extracted from its package.
 pub struct Kernel {

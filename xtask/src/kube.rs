@@ -17,6 +17,7 @@ use crate::kernels::cache_dir;
 
 /// The address the test VM reaches the API server at (QEMU's guestfwd relays it to loopback).
 pub const VM_ADDRESS: &str = "10.0.2.100";
+pub const VM_PORT: u16 = 6443;
 /// The agent's identity: the chart's service account, as a client certificate, so that the
 /// agent runs with exactly the RBAC the chart grants.
 const AGENT_USER: &str = "system:serviceaccount:palisade:palisade";
@@ -269,6 +270,29 @@ impl ApiServer {
         self.dir.join(format!("{user}.kubeconfig"))
     }
 
+    /// The files a VM needs to reach this server as `user` at VM_ADDRESS, with the kubeconfig's
+    /// paths under `vm_dir`: (host file, VM path).
+    pub fn vm_files(&self, user: &str, vm_dir: &Path) -> anyhow::Result<Vec<(PathBuf, String)>> {
+        let config = self.dir.join(format!("{user}.vm.kubeconfig"));
+        std::fs::write(
+            &config,
+            kubeconfig(&format!("https://{VM_ADDRESS}:{VM_PORT}"), user, vm_dir),
+        )?;
+        let vm = |name: &str| vm_dir.join(name).display().to_string();
+        Ok(vec![
+            (config, vm(&format!("{user}.kubeconfig"))),
+            (self.dir.join("ca.crt"), vm("ca.crt")),
+            (
+                self.dir.join(format!("{user}.crt")),
+                vm(&format!("{user}.crt")),
+            ),
+            (
+                self.dir.join(format!("{user}.key")),
+                vm(&format!("{user}.key")),
+            ),
+        ])
+    }
+
     /// GET `path` as admin.
     pub fn get(&self, path: &str) -> anyhow::Result<String> {
         let file = |name: &str| self.dir.join(name);
@@ -491,7 +515,7 @@ fn strict(schema: Value) -> Value {
     Value::Object(map)
 }
 
-fn workspace() -> PathBuf {
+pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 

@@ -1,6 +1,7 @@
-//! Reading libtest's console output: which tests passed, failed, or never reported.
+//! Reading libtest's console output: which tests passed, failed, or never reported; and the
+//! measurements tests left.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, path::Path};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -60,6 +61,28 @@ impl Summary {
     pub fn failures(&self) -> usize {
         self.failed.len() + self.not_run.len()
     }
+}
+
+/// Writes each `PREFIX NAME JSON` line of `console` to `dir/LABEL-NAME.json` (for benchmarks).
+pub fn save_measurements(
+    console: &str,
+    prefix: &str,
+    dir: &Path,
+    label: &str,
+) -> anyhow::Result<()> {
+    for line in console.lines() {
+        let Some((name, json)) = line
+            .trim()
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.trim().split_once(' '))
+        else {
+            continue;
+        };
+        let file = dir.join(format!("{label}-{name}.json"));
+        std::fs::write(&file, json)?;
+        println!("measurement saved: {}", file.display());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -11,9 +11,11 @@ use std::{
 
 use anyhow::{Context, bail, ensure};
 
-use crate::{build, kernels, results};
+use crate::{build, kernels, kube, results};
 
 const SENTINEL: &str = "PALISADE-VM-EXIT";
+/// Prefixes a measurement the tests left in /tmp/palisade-results (`RESULT NAME JSON`).
+const RESULT: &str = "PALISADE-RESULT";
 const BOOT_TIMEOUT: Duration = Duration::from_secs(25 * 60);
 
 /// The start of every /init: mounts what a node has, then runs `body`, then reports its status.
@@ -45,7 +47,8 @@ poweroff -f
 
 /// Boots `vmlinuz` with `initrd`, echoing the console prefixed by `label`. Returns the console
 /// and the status the init body reported.
-fn boot(label: &str, vmlinuz: &Path, initrd: &Path) -> anyhow::Result<(String, i32)> {
+/// `nic` is QEMU's `-nic` option.
+fn boot(label: &str, vmlinuz: &Path, initrd: &Path, nic: &str) -> anyhow::Result<(String, i32)> {
     let mut child = Command::new("qemu-system-x86_64")
         .args([
             "-accel",
@@ -62,7 +65,7 @@ fn boot(label: &str, vmlinuz: &Path, initrd: &Path) -> anyhow::Result<(String, i
             "-nographic",
             "-no-reboot",
             "-nic",
-            "none",
+            nic,
         ])
         .arg("-kernel")
         .arg(vmlinuz)
@@ -133,9 +136,25 @@ pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
     ensure!(list.status.success(), "listing the kernel tests failed");
     let expected = results::listed(&String::from_utf8(list.stdout)?);
     ensure!(!expected.is_empty(), "no kernel test matches the filter");
+    // The Kubernetes test's API server, on loopback here; the VM reaches it at VM_ADDRESS
+    // through QEMU's guestfwd relay (restrict=on: no other packet leaves the VM).
+    let server = kube::ApiServer::start(&work_dir("kube")?)?;
+    server.install_chart(&kube::workspace().join("charts/palisade"))?;
+    let nic = format!(
+        "user,model=e1000,restrict=on,guestfwd=tcp:{}:{}-cmd:/bin/busybox nc 127.0.0.1 {}",
+        kube::VM_ADDRESS,
+        kube::VM_PORT,
+        server.port
+    );
     let body = format!(
-        "palisade doctor\nPALISADE_BIN=/palisade/bin/palisade PALISADE_PROBE=/palisade/bin/probe \
-         PALISADE_RULES=/palisade/rules RUST_BACKTRACE=1 /palisade/bin/enforcement --test-threads=1 {}",
+        "ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && sleep 3\n\
+         palisade doctor\nPALISADE_BIN=/palisade/bin/palisade PALISADE_PROBE=/palisade/bin/probe \
+         PALISADE_RULES=/palisade/rules KUBECONFIG=/palisade/kube/admin.kubeconfig \
+         PALISADE_AGENT_KUBECONFIG=/palisade/kube/agent.kubeconfig \
+         RUST_BACKTRACE=1 /palisade/bin/enforcement --test-threads=1 {}\n\
+         status=$?\n\
+         for result in /tmp/palisade-results/*.json; do [ -e \"$result\" ] && echo \"{RESULT} $(basename $result .json) $(cat $result)\"; done\n\
+         (exit $status)",
         filter.unwrap_or_default()
     );
     let kernels: Vec<(&String, kernels::Kernel)> = kernels
@@ -144,6 +163,9 @@ pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     let dir = work_dir("test")?;
     let mut files = build::rule_modules(&binaries.palisade, &dir)?;
+    for user in ["admin", "agent"] {
+        files.extend(server.vm_files(user, Path::new("/palisade/kube"))?);
+    }
     files.extend(kernels.iter().flat_map(|(_, kernel)| {
         kernel.modules.iter().map(|module| {
             let name = module.file_name().expect("a file").to_string_lossy();
@@ -166,7 +188,7 @@ pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
     let mut report = Vec::new();
     for (series, kernel) in &kernels {
         let label = format!("linux-{series}");
-        let (console, status) = match boot(&label, &kernel.vmlinuz, &initrd) {
+        let (console, status) = match boot(&label, &kernel.vmlinuz, &initrd, &nic) {
             Ok(run) => run,
             Err(err) => {
                 eprintln!("{err:#}");
@@ -174,6 +196,7 @@ pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
             }
         };
         let summary = results::Summary::new(&expected, &results::parse(&console));
+        results::save_measurements(&console, RESULT, &work_dir("results")?, &label)?;
         report.push((label, summary, status));
     }
     let (mut passed, mut failed) = (0, 0);
@@ -210,6 +233,7 @@ pub fn demo(series: &str) -> anyhow::Result<()> {
         &format!("linux-{series}"),
         &kernels::fetch(series)?.vmlinuz,
         &initrd,
+        "none",
     )?;
     ensure!(status == 0, "the demo failed (status {status})");
     Ok(())

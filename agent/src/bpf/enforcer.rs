@@ -109,7 +109,7 @@ pub enum ProtectError {
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
     #[error(
-        "cannot arm \"{0}\" before it exists: only cgroup names of 1 to 63 bytes without '/' can be"
+        "cannot arm \"{0}\" before it exists: only cgroup names of 1 to 127 bytes without '/' can be"
     )]
     Name(String),
     #[error("cannot arm a cgroup deeper than level 63")]

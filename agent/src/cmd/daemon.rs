@@ -361,7 +361,7 @@ impl PolicyDir {
 /// Where policies come from.
 enum Source {
     Dir(PolicyDir),
-    Kubernetes(crate::k8s::Cluster),
+    Kubernetes(Cluster),
 }
 
 impl Source {
@@ -369,6 +369,16 @@ impl Source {
         match self {
             Source::Dir(policies) => policies.reconcile_and_report(enforcer),
             Source::Kubernetes(cluster) => cluster.reconcile(enforcer),
+        }
+    }
+
+    /// How long a burst of changes is let settle before reconciling.
+    fn settle_time(&self) -> Duration {
+        match self {
+            // Editors write a file in several steps.
+            Source::Dir(_) => Duration::from_millis(200),
+            // Watch events are whole objects; this only gathers those that come together.
+            Source::Kubernetes(_) => Duration::from_millis(10),
         }
     }
 
@@ -520,8 +530,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     loop {
         tokio::select! {
             Some(()) = changed.recv() => {
-                // Editors write in several steps: let a burst of changes settle first.
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                tokio::time::sleep(source.settle_time()).await;
                 while changed.try_recv().is_ok() {}
                 reconcile(&mut source, &mut session.enforcer, &mut retired);
             }

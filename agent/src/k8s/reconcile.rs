@@ -62,35 +62,36 @@ pub struct PolicyObject {
     pub status: Option<PolicyStatus>,
 }
 
-impl From<&PalisadePolicy> for PolicyObject {
-    fn from(policy: &PalisadePolicy) -> Self {
+impl PolicyObject {
+    fn new(
+        namespace: Option<String>,
+        object: &impl ResourceExt,
+        spec: &PolicySpec,
+        status: &Option<PolicyStatus>,
+    ) -> Self {
         Self {
             key: PolicyKey {
-                namespace: policy.namespace(),
-                name: policy.name_any(),
+                namespace,
+                name: object.name_any(),
             },
-            uid: policy.uid().unwrap_or_default(),
-            generation: policy.metadata.generation.unwrap_or_default(),
-            created: policy.creation_timestamp().map(|time| time.0),
-            spec: policy.spec.0.clone(),
-            status: policy.status.clone(),
+            uid: object.uid().unwrap_or_default(),
+            generation: object.meta().generation.unwrap_or_default(),
+            created: object.creation_timestamp().map(|time| time.0),
+            spec: spec.clone(),
+            status: status.clone(),
         }
+    }
+}
+
+impl From<&PalisadePolicy> for PolicyObject {
+    fn from(policy: &PalisadePolicy) -> Self {
+        Self::new(policy.namespace(), policy, &policy.spec.0, &policy.status)
     }
 }
 
 impl From<&PalisadeClusterPolicy> for PolicyObject {
     fn from(policy: &PalisadeClusterPolicy) -> Self {
-        Self {
-            key: PolicyKey {
-                namespace: None,
-                name: policy.name_any(),
-            },
-            uid: policy.uid().unwrap_or_default(),
-            generation: policy.metadata.generation.unwrap_or_default(),
-            created: policy.creation_timestamp().map(|time| time.0),
-            spec: policy.spec.0.clone(),
-            status: policy.status.clone(),
-        }
+        Self::new(None, policy, &policy.spec.0, &policy.status)
     }
 }
 

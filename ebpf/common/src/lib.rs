@@ -14,7 +14,7 @@ const _: () = assert!(core::mem::size_of::<Policy>() == 8 + 8 * (CAP_COUNT as us
 const _: () = assert!(core::mem::size_of::<NetworkKeyData>() == 24);
 const _: () = assert!(core::mem::size_of::<Event>() == 408);
 // StageError's message names the longest cgroup name that can be armed.
-const _: () = assert!(CGROUP_NAME_LEN == 64);
+const _: () = assert!(CGROUP_NAME_LEN == 128);
 
 #[cfg(feature = "user")]
 mod user {

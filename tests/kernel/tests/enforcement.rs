@@ -10,6 +10,8 @@ use std::{
 
 #[path = "enforcement/builtin_rules.rs"]
 mod builtin_rules;
+#[path = "enforcement/kubernetes.rs"]
+mod kubernetes;
 #[path = "enforcement/modes.rs"]
 mod modes;
 #[path = "enforcement/observability.rs"]
@@ -388,19 +390,21 @@ impl Agent {
 
     /// `start` with more command-line arguments.
     fn start_with(dir: &str, bpffs: &str, name: &str, args: &[&str]) -> Self {
+        let mut all = vec!["--policy-dir", dir, "--bpffs", bpffs];
+        all.extend(args);
+        Self::spawn(name, &all, &[])
+    }
+
+    /// `palisade agent ARGS --events /tmp/NAME-events.jsonl` with `envs` added to its
+    /// environment, its log in /tmp/NAME.log.
+    fn spawn(name: &str, args: &[&str], envs: &[(&str, &str)]) -> Self {
         let log = format!("/tmp/{name}.log");
         let events = format!("/tmp/{name}-events.jsonl");
         let child = Command::new(binary("PALISADE_BIN"))
-            .args([
-                "agent",
-                "--policy-dir",
-                dir,
-                "--bpffs",
-                bpffs,
-                "--events",
-                &events,
-            ])
+            .arg("agent")
             .args(args)
+            .args(["--events", &events])
+            .envs(envs.iter().copied())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();

@@ -150,14 +150,17 @@ pub async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>
     }
 }
 
-/// A node's cgroup v2 tree, in a directory: the kubelet's QoS cgroups (systemd layout), and pod
-/// cgroups made as the kubelet starts pods.
+/// A node's cgroup v2 tree: the kubelet's QoS cgroups (systemd layout), and pod cgroups made as
+/// the kubelet starts pods.
 pub struct Node {
     pub name: String,
     pub root: PathBuf,
+    /// A scratch directory standing in for the tree, removed at the end.
+    scratch: bool,
 }
 
 impl Node {
+    /// A node whose tree is a scratch directory.
     pub fn new(name: &str) -> Self {
         let root =
             std::env::temp_dir().join(format!("palisade-kube-{name}-{}", std::process::id()));
@@ -166,6 +169,16 @@ impl Node {
         Self {
             name: name.to_owned(),
             root,
+            scratch: true,
+        }
+    }
+
+    /// This machine, with its real cgroup2 hierarchy at /sys/fs/cgroup (in the test VM).
+    pub fn this_machine(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            root: PathBuf::from("/sys/fs/cgroup"),
+            scratch: false,
         }
     }
 
@@ -193,11 +206,11 @@ impl Node {
         )
     }
 
-    /// Makes `pod`'s cgroup, as the kubelet does when it starts the pod; returns its id.
-    pub fn start(&self, pod: &Pod) -> u64 {
+    /// Makes `pod`'s cgroup, as the kubelet does when it starts the pod; returns its path.
+    pub fn start(&self, pod: &Pod) -> PathBuf {
         let (parent, name) = self.pod_cgroup(pod);
         std::fs::create_dir_all(parent.join(&name)).unwrap();
-        self.id(&parent.join(name))
+        parent.join(name)
     }
 
     pub fn id(&self, path: &Path) -> u64 {
@@ -207,7 +220,9 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
+        if self.scratch {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
     }
 }
 

@@ -30,7 +30,7 @@ async fn pods_are_protected_as_policies_and_pods_come_and_go() {
     namespace(&client, "lifecycle", &[]).await;
     let node = Node::new("lifecycle");
     let first = pod(&client, "lifecycle", "web-1", &node.name, &[("app", "web")]).await;
-    let first_id = node.start(&first);
+    let first_id = node.id(&node.start(&first));
     let agent = Agent::start(&node).await;
     assert!(agent.enforced(first_id).is_none(), "no policy yet");
 
@@ -47,7 +47,7 @@ async fn pods_are_protected_as_policies_and_pods_come_and_go() {
     let second = pod(&client, "lifecycle", "web-2", &node.name, &[("app", "web")]).await;
     let (parent, name) = node.pod_cgroup(&second);
     eventually("web-2 armed", async || agent.armed(&node, &parent, &name)).await;
-    let second_id = node.start(&second);
+    let second_id = node.id(&node.start(&second));
     eventually("web-2 protected once started", async || {
         agent
             .enforced(second_id)
@@ -107,7 +107,7 @@ async fn a_restarted_agent_resyncs_without_dropping_enforcement() {
         &[("app", "web")],
     )
     .await;
-    let kept_id = node.start(&kept);
+    let kept_id = node.id(&node.start(&kept));
     let gone = pod(
         &client,
         "restart",
@@ -116,7 +116,7 @@ async fn a_restarted_agent_resyncs_without_dropping_enforcement() {
         &[("app", "web")],
     )
     .await;
-    let gone_id = node.start(&gone);
+    let gone_id = node.id(&node.start(&gone));
     apply_policy(&client, &web_policy("restart", "  mode: RuntimeDefault\n")).await;
     let agent = Agent::start(&node).await;
     eventually("both protected", async || {
@@ -136,7 +136,7 @@ async fn a_restarted_agent_resyncs_without_dropping_enforcement() {
     .await;
     delete_pod(&client, "restart", "web-gone").await;
     let new = pod(&client, "restart", "web-new", &node.name, &[("app", "web")]).await;
-    let new_id = node.start(&new);
+    let new_id = node.id(&node.start(&new));
     assert!(
         kernel.lock().unwrap().enforced.contains_key(&kept_id),
         "enforcement outlives the agent"
@@ -254,15 +254,16 @@ async fn statuses_and_events_say_what_each_node_did() {
     .await;
 
     // A policy that cannot compile: Ready False with the reason, and an event from each node
-    // where it selects pods. (It also selects pods that `web`, older, already protects.)
+    // where it selects pods. (It also selects the pods `web` protects, and yields to it: older, or
+    // created in the same second and first by name.)
     let digest = "0".repeat(64);
     apply_policy(
         &client,
-        &format!("apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: broken\n  namespace: status\nspec:\n  target:\n    selector: {{matchLabels: {{app: web}}}}\n  mode: RuntimeDefault\n  ruleModules:\n    - {{name: absent, module: absent.wasm, sha256: \"{digest}\"}}\n"),
+        &format!("apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: web-rejected\n  namespace: status\nspec:\n  target:\n    selector: {{matchLabels: {{app: web}}}}\n  mode: RuntimeDefault\n  ruleModules:\n    - {{name: absent, module: absent.wasm, sha256: \"{digest}\"}}\n"),
     )
     .await;
     let rejected = eventually("Ready False", async || {
-        let status = policies.get_status("broken").await.ok()?.status?;
+        let status = policies.get_status("web-rejected").await.ok()?.status?;
         condition(&status, READY)
             .filter(|condition| condition.status == "False")
             .cloned()
@@ -286,7 +287,7 @@ async fn statuses_and_events_say_what_each_node_did() {
                     .regarding
                     .as_ref()
                     .and_then(|regarding| regarding.name.as_deref())
-                    == Some("broken")
+                    == Some("web-rejected")
             })
             .filter_map(|event| event.reporting_instance.clone())
             .collect();
@@ -295,8 +296,8 @@ async fn statuses_and_events_say_what_each_node_did() {
     })
     .await;
     assert_eq!(reporters, ["status-a", "status-b"]);
-    let shadowed = eventually("broken's node entries", async || {
-        let status = policies.get_status("broken").await.ok()?.status?;
+    let shadowed = eventually("web-rejected's node entries", async || {
+        let status = policies.get_status("web-rejected").await.ok()?.status?;
         (status.nodes.len() == 2).then_some(status)
     })
     .await;
@@ -315,7 +316,7 @@ async fn cluster_policies_follow_namespace_labels_and_yield_to_namespaced_ones()
     namespace(&client, "tenant", &[("env", "prod")]).await;
     let node = Node::new("cluster");
     let app = pod(&client, "tenant", "app", &node.name, &[("app", "web")]).await;
-    let id = node.start(&app);
+    let id = node.id(&node.start(&app));
     let agent = Agent::start(&node).await;
     apply_policy(
         &client,

@@ -7,6 +7,8 @@
 //! probe map-exec PATH            (mmap with PROT_EXEC)
 //! probe kill PID SIGNAL
 //! probe read-until PATH STOP   (reads until the file STOP exists; prints `ok=N eperm=N other=N`)
+//! probe read-until-denied PATH (reads until EPERM; prints the time of that read, in ns since
+//!                               the Unix epoch)
 //! probe truncate|unlink|mkdir|readlink|chroot|mknod-block PATH
 //! probe setuid UID
 //! probe rename|link|symlink FROM TO
@@ -450,6 +452,17 @@ fn main() -> ExitCode {
             println!("ok={ok} eperm={eperm} other={other}");
             ExitCode::SUCCESS
         }
+        ["read-until-denied", path] => loop {
+            if let Err(err) = open("read", path)
+                && err.raw_os_error() == Some(libc::EPERM)
+            {
+                let since_epoch = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .expect("a clock after 1970");
+                println!("{}", since_epoch.as_nanos());
+                return ExitCode::SUCCESS;
+            }
+        },
         _ => {
             eprintln!("usage: see the top of tests/kernel/src/bin/probe.rs");
             ExitCode::from(2)

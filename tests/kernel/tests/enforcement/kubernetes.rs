@@ -1,0 +1,191 @@
+//! End to end with Kubernetes: the agent in the VM watches the real API server on the host (as
+//! the chart's service account), the test plays the kubelet (Pod objects bound to this node, pod
+//! cgroups with processes in them), and a PalisadePolicy makes the kernel deny inside the
+//! selected pod only; edits and deletion take effect; the status says so. Also measures how long
+//! a policy change takes to reach the kernel (written to the console for the benchmarks).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use palisade_agent::targets::{Cgroup, Hierarchy};
+use palisade_crds::{PalisadePolicy, READY};
+use palisade_kernel_tests::{Answer, EPERM, binary, file, probe, probe_command};
+use palisade_kube_tests::{Node, admin, apply_policy, eventually, namespace, pod};
+
+use super::{Agent, cleanup_agent, fresh_dir};
+
+/// Makes `pod`'s cgroup, as the kubelet does when it starts it.
+fn start_pod(node: &Node, pod: &Pod) -> Cgroup {
+    let path = node.start(pod);
+    Hierarchy::find()
+        .unwrap()
+        .open(&path.to_string_lossy())
+        .unwrap()
+}
+
+fn policy(namespace: &str, denied: &str) -> String {
+    format!(
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: web\n  namespace: {namespace}\nspec:\n  target:\n    selector: {{matchLabels: {{app: web}}}}\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    customRules:\n      files:\n        - name: secret\n          paths: [{denied}]\n          permissions: [read]\n          action: deny\n"
+    )
+}
+
+/// Applies `document` and returns how long until a process reading `path` in `pod` in a tight
+/// loop first got EPERM.
+async fn apply_and_time(document: &str, pod: &Cgroup, path: &str) -> Duration {
+    let reader = probe_command(Some(pod), &["read-until-denied", path])
+        .spawn()
+        .expect("starting the reader");
+    let pid = reader.id() as i32;
+    // Let it start reading (and be allowed) before the change.
+    std::thread::sleep(Duration::from_millis(300));
+    let applied = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    apply_policy(&admin().await, document).await;
+    let finished = tokio::task::spawn_blocking(move || reader.wait_with_output());
+    let Ok(out) = tokio::time::timeout(Duration::from_secs(60), finished).await else {
+        // SAFETY: killing the reader this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        panic!("{path} was not denied in the pod within 60 s");
+    };
+    let out = out.unwrap().unwrap();
+    let denied: u128 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a time");
+    Duration::from_nanos((denied - applied.as_nanos()) as u64)
+}
+
+#[test]
+fn kubernetes_policies_reach_the_selected_pods_only() {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(end_to_end());
+}
+
+async fn end_to_end() {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    // The API server outlives a boot: names of their own for each kernel.
+    let suffix = release.trim().replace(['.', '+', '_'], "-");
+    let ns = format!("e2e-{suffix}");
+    let node = Node::this_machine(&format!("vm-{suffix}"));
+    let client = admin().await;
+    namespace(&client, &ns, &[]).await;
+    std::fs::create_dir_all(node.best_effort()).unwrap();
+    let web = start_pod(
+        &node,
+        &pod(&client, &ns, "web", &node.name, &[("app", "web")]).await,
+    );
+    let db = start_pod(
+        &node,
+        &pod(&client, &ns, "db", &node.name, &[("app", "db")]).await,
+    );
+    let first = file("/tmp/kube/first");
+    let second = file("/tmp/kube/second");
+
+    let bpffs = "/sys/fs/bpf/palisade-test-kube";
+    let agent_config = binary("PALISADE_AGENT_KUBECONFIG");
+    let agent = Agent::spawn(
+        "kube-agent",
+        &[
+            "--kubernetes",
+            "--node-name",
+            &node.name,
+            "--bpffs",
+            bpffs,
+            "--cgroup-driver",
+            "systemd",
+            "--status-interval",
+            "1s",
+            "--rule-modules",
+            fresh_dir("/tmp/kube/modules"),
+        ],
+        &[("KUBECONFIG", agent_config.to_str().unwrap())],
+    );
+    agent.wait_for_log("agent ready");
+
+    let mut latencies = vec![apply_and_time(&policy(&ns, first), &web, first).await];
+    assert_eq!(
+        probe(Some(&db), &["read", first]),
+        Answer::Ok,
+        "another pod"
+    );
+    assert_eq!(
+        probe(None, &["read", first]),
+        Answer::Ok,
+        "outside every pod"
+    );
+
+    // Edits take effect: the new path is denied, the old one no longer.
+    latencies.push(apply_and_time(&policy(&ns, second), &web, second).await);
+    assert_eq!(probe(Some(&web), &["read", first]), Answer::Ok);
+    // More edits, alternating, for the latency's spread.
+    for round in 0..8 {
+        let path = if round % 2 == 0 { first } else { second };
+        latencies.push(apply_and_time(&policy(&ns, path), &web, path).await);
+    }
+
+    // The status says what this node did.
+    let policies: Api<PalisadePolicy> = Api::namespaced(client.clone(), &ns);
+    let status = eventually("the node's status entry", async || {
+        let status = policies.get_status("web").await.ok()?.status?;
+        let generation = policies.get("web").await.ok()?.metadata.generation;
+        (status.observed_generation == generation && !status.nodes.is_empty()).then_some(status)
+    })
+    .await;
+    let ready = status
+        .conditions
+        .iter()
+        .find(|condition| condition.type_ == READY)
+        .expect("Ready");
+    assert_eq!(ready.status, "True");
+    assert_eq!(status.nodes[0].node, node.name);
+    assert_eq!(
+        (status.nodes[0].enforced_pods, status.nodes[0].failed_pods),
+        (1, 0)
+    );
+
+    // A pod scheduled after the policy: armed before the kubelet makes its cgroup, so its very
+    // first process is confined.
+    let late = pod(&client, &ns, "web-late", &node.name, &[("app", "web")]).await;
+    let armed = format!("pod={ns}/web-late");
+    eventually("the late pod armed", async || {
+        let log = agent.log();
+        let line = log.lines().find(|line| line.contains(&armed))?;
+        assert!(line.contains("armed until created"), "{line}");
+        Some(())
+    })
+    .await;
+    let late = start_pod(&node, &late);
+    let denied = second; // by the last edit
+    assert_eq!(
+        probe(Some(&late), &["read", denied]),
+        EPERM,
+        "from its first process; the agent's log:\n{}",
+        agent.log()
+    );
+
+    // Deleting the policy ends it.
+    policies.delete("web", &Default::default()).await.unwrap();
+    eventually("the policy off", async || {
+        (probe(Some(&web), &["read", denied]) == Answer::Ok).then_some(())
+    })
+    .await;
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
+
+    // For benchmarks/results: the VM's init prints it, cargo xtask vm-test saves it.
+    let millis: Vec<f64> = latencies
+        .iter()
+        .map(|latency| latency.as_secs_f64() * 1e3)
+        .collect();
+    let measured = serde_json::json!({"kernel": release.trim(), "apply_to_enforce_ms": millis});
+    std::fs::create_dir_all("/tmp/palisade-results").unwrap();
+    std::fs::write(
+        "/tmp/palisade-results/apply-latency.json",
+        measured.to_string(),
+    )
+    .unwrap();
+}
