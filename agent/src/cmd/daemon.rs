@@ -30,7 +30,7 @@ use crate::{
     metrics::{KernelSnapshot, Metrics},
     policy::{CompiledPolicy, Environment, PolicyError, Target},
     rules::RuleHost,
-    targets::{CgroupDriver, Enforce, Hierarchy, Placement},
+    targets::{CgroupDriver, Enforce, Hierarchy, Placement, PodRegistry},
 };
 
 const RESYNC_INTERVAL: Duration = Duration::from_secs(2);
@@ -431,12 +431,15 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         metrics.rule_modules.clone(),
         cgroups.mount.clone(),
     );
+    // Which pod a cgroup is: the Kubernetes reconciler knows, audit events say.
+    let pods = PodRegistry::default();
     let mut session = Session::start(
         enforcer,
         deciding,
         args.events.as_deref(),
         args.events_rotation(),
         JsonLines::new("stdout", Box::new(std::io::stdout())),
+        pods.clone(),
     )?;
     let falco_worker = match &args.falcosidekick_url {
         Some(url) => {
@@ -505,6 +508,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 rule_host,
                 args.rule_modules.clone(),
                 environment,
+                pods,
             );
             Source::Kubernetes(
                 Cluster::connect(

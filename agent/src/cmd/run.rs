@@ -11,7 +11,7 @@ use crate::{
     events::{Deciding, JsonLines},
     metrics::RuleModuleMetrics,
     rules::RuleHost,
-    targets::{Cgroup, Hierarchy, join_in_child},
+    targets::{Cgroup, Hierarchy, PodRegistry, join_in_child},
 };
 
 pub struct RunArgs {
@@ -44,6 +44,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
         args.events.as_deref(),
         None,
         JsonLines::new("stderr", Box::new(std::io::stderr())),
+        PodRegistry::default(),
     )?;
     let mut own_files = vec![args.policy.as_path()];
     own_files.extend(args.events.as_deref());

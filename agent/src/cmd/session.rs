@@ -9,6 +9,7 @@ use tracing::warn;
 use crate::{
     bpf::{Enforcer, Stats},
     events::{Deciding, Decoder, EventReader, JsonLines, RotatingFile, Rotation, Sink},
+    targets::PodRegistry,
 };
 
 pub struct Session {
@@ -48,6 +49,7 @@ impl Session {
         events: Option<&Path>,
         rotation: Option<Rotation>,
         default_sink: JsonLines,
+        pods: PodRegistry,
     ) -> anyhow::Result<Self> {
         let sink = match events {
             None => default_sink,
@@ -71,7 +73,7 @@ impl Session {
         let ring = enforcer
             .take_events()
             .context("the event ring buffer is missing")?;
-        let events = EventReader::new(ring, Decoder::new(enforcer.registry()), deciding)?;
+        let events = EventReader::new(ring, Decoder::new(enforcer.registry(), pods), deciding)?;
         Ok(Self {
             enforcer,
             events,

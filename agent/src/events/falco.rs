@@ -16,6 +16,7 @@ use crate::{
     bpf::{HOOKS, SELF_PROTECTION},
     http::client::{Client, ClientError},
     metrics::HttpSinkMetrics,
+    targets::PodIdentity,
 };
 
 const FIRST_RETRY: Duration = Duration::from_millis(100);
@@ -199,18 +200,31 @@ fn falco_output(event: &AuditEvent) -> Value {
     } else {
         "audited"
     };
+    let place = match &event.kubernetes {
+        Some(PodIdentity {
+            namespace,
+            pod,
+            container,
+        }) => {
+            let container = container
+                .as_ref()
+                .map(|container| format!(" container {container}"))
+                .unwrap_or_default();
+            format!("pod {namespace}/{pod}{container}")
+        }
+        None => event
+            .target
+            .cgroup_path
+            .clone()
+            .unwrap_or_else(|| "an unknown target".to_owned()),
+    };
     let output = format!(
-        "{} {verb} {} {object} by {} (pid {}, uid {}) in {} (policy {}, rule {rule})",
+        "{} {verb} {} {object} by {} (pid {}, uid {}) in {place} (policy {}, rule {rule})",
         priority(event),
         event.hook,
         event.comm,
         event.pid,
         event.uid,
-        event
-            .target
-            .cgroup_path
-            .as_deref()
-            .unwrap_or("an unknown target"),
         event.policy.as_deref().unwrap_or("unknown"),
     );
     // Falco's own field names where one means the same, Palisade's for the rest.
@@ -222,6 +236,13 @@ fn falco_output(event: &AuditEvent) -> Value {
     fields.insert("user.uid".to_owned(), json!(event.uid));
     if !event.path.is_empty() {
         fields.insert("fd.name".to_owned(), json!(event.path));
+    }
+    if let Some(pod) = &event.kubernetes {
+        fields.insert("k8s.ns.name".to_owned(), json!(pod.namespace));
+        fields.insert("k8s.pod.name".to_owned(), json!(pod.pod));
+        if let Some(container) = &pod.container {
+            fields.insert("container.name".to_owned(), json!(container));
+        }
     }
     flatten(
         &mut fields,
@@ -269,6 +290,7 @@ mod tests {
                 cgroup_path: Some("/sys/fs/cgroup/app".to_owned()),
             },
             cgroup_id: 42,
+            kubernetes: None,
             pid: 100,
             tid: 101,
             uid: 0,
@@ -312,6 +334,31 @@ mod tests {
         assert_eq!(fields["palisade.policy"], "app");
         assert_eq!(fields["palisade.target.cgroup_path"], "/sys/fs/cgroup/app");
         assert!(fields.get("palisade.signal").is_none(), "absent, not null");
+        assert!(fields.get("k8s.pod.name").is_none());
+    }
+
+    #[test]
+    fn pods_and_containers_take_falcos_field_names() {
+        let mut in_pod = event("/etc/shadow");
+        in_pod.kubernetes = Some(PodIdentity {
+            namespace: "shop".to_owned(),
+            pod: "web-1".to_owned(),
+            container: Some("nginx".to_owned()),
+        });
+        let output = falco_output(&in_pod);
+        assert!(
+            output["output"]
+                .as_str()
+                .unwrap()
+                .contains(" in pod shop/web-1 container nginx (policy app"),
+            "{}",
+            output["output"]
+        );
+        let fields = &output["output_fields"];
+        assert_eq!(fields["k8s.ns.name"], "shop");
+        assert_eq!(fields["k8s.pod.name"], "web-1");
+        assert_eq!(fields["container.name"], "nginx");
+        assert_eq!(fields["palisade.kubernetes.pod"], "web-1");
     }
 
     #[test]

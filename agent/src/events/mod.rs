@@ -24,7 +24,10 @@ use palisade_common::{
 };
 use serde::Serialize;
 
-use crate::bpf::{PolicyRegistry, action_name, hook_name};
+use crate::{
+    bpf::{PolicyRegistry, action_name, hook_name},
+    targets::{PodIdentity, PodRegistry},
+};
 
 /// One audit event as written out (one JSON object per line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -38,6 +41,9 @@ pub struct AuditEvent {
     pub rule_id: u32,
     pub target: EventTarget,
     pub cgroup_id: u64,
+    /// The pod (and container) of the process, in Kubernetes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<PodIdentity>,
     /// Process id (thread group id).
     pub pid: u32,
     /// Thread id.
@@ -136,6 +142,7 @@ pub struct EventTarget {
 pub struct Decoder {
     node: String,
     registry: PolicyRegistry,
+    pods: PodRegistry,
     /// Wall-clock time at boot, to convert bpf_ktime_get_boot_ns.
     boot_time: SystemTime,
 }
@@ -159,7 +166,8 @@ fn c_string(bytes: &[u8]) -> String {
 }
 
 impl Decoder {
-    pub fn new(registry: PolicyRegistry) -> Self {
+    /// Names policies and rules from `registry`, and Kubernetes pods from `pods`.
+    pub fn new(registry: PolicyRegistry, pods: PodRegistry) -> Self {
         let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|name| name.trim().to_owned())
             .unwrap_or_default();
@@ -168,6 +176,7 @@ impl Decoder {
         Self {
             node,
             registry,
+            pods,
             boot_time,
         }
     }
@@ -215,6 +224,10 @@ impl Decoder {
                     .map(|installed| installed.target.path.display().to_string()),
             },
             cgroup_id: event.cgroup_id,
+            kubernetes: self
+                .pods
+                .get(event.cgroup_id)
+                .or_else(|| self.pods.get(event.target_cgroup_id)),
             pid: event.pid,
             tid: event.tid,
             uid: event.uid,

@@ -4,6 +4,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
+    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
     sync::Arc,
 };
@@ -17,7 +18,9 @@ use super::select::selects;
 use crate::{
     policy::{CompiledPolicy, Environment, Policy},
     rules::RuleHost,
-    targets::{CgroupDriver, Enforce, Hierarchy, Placement},
+    targets::{
+        CgroupDriver, Enforce, Hierarchy, Placement, PodIdentity, PodRegistry, container_id,
+    },
 };
 
 /// A policy of either kind: namespaced policies have a namespace.
@@ -169,6 +172,8 @@ pub struct Reconciler {
     enforced: HashMap<String, EnforcedPod>,
     /// The last error about each subject, so that a lasting problem is logged once.
     reported: BTreeMap<String, String>,
+    /// Which pod and container each cgroup of a protected pod is, for audit events.
+    pods: PodRegistry,
 }
 
 impl Reconciler {
@@ -178,6 +183,7 @@ impl Reconciler {
         rule_host: RuleHost,
         modules: PathBuf,
         environment: Environment,
+        pods: PodRegistry,
     ) -> Self {
         Self {
             cgroups,
@@ -188,6 +194,7 @@ impl Reconciler {
             compiled: HashMap::new(),
             enforced: HashMap::new(),
             reported: BTreeMap::new(),
+            pods,
         }
     }
 
@@ -272,6 +279,7 @@ impl Reconciler {
         let mut errors = BTreeMap::new();
         let wanted = self.wanted(objects, &mut reports, &mut errors);
         self.apply(wanted, enforcer, &mut reports, &mut errors);
+        self.identify(objects);
         let new_errors = errors
             .iter()
             .filter(|(subject, error)| self.reported.get(*subject) != Some(error))
@@ -464,6 +472,62 @@ impl Reconciler {
             report.enforced_pods += 1;
         }
     }
+}
+
+impl Reconciler {
+    /// Records which pod each protected pod's cgroup is, and which container each cgroup below
+    /// it is (by the container id in its name, from the pod's container statuses).
+    fn identify(&self, objects: &Objects) {
+        let mut identities = HashMap::new();
+        for pod in &objects.pods {
+            let enforced = pod.uid().and_then(|uid| self.enforced.get(&uid));
+            let Some(Placement::Target(cgroup)) = enforced.map(|enforced| &enforced.placement)
+            else {
+                continue;
+            };
+            let identity = |container| PodIdentity {
+                namespace: pod.namespace().unwrap_or_default(),
+                pod: pod.name_any(),
+                container,
+            };
+            identities.insert(cgroup.id, identity(None));
+            for entry in std::fs::read_dir(&cgroup.path)
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let Some(metadata) = entry.metadata().ok().filter(|metadata| metadata.is_dir())
+                else {
+                    continue;
+                };
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let container = container_id(&name).and_then(|id| container_name(pod, id));
+                identities.insert(metadata.ino(), identity(container));
+            }
+        }
+        self.pods.replace(identities);
+    }
+}
+
+/// The name of `pod`'s container whose runtime id is `id` (`containerd://ID`, `cri-o://ID`).
+fn container_name(pod: &Pod, id: &str) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    [
+        &status.container_statuses,
+        &status.init_container_statuses,
+        &status.ephemeral_container_statuses,
+    ]
+    .into_iter()
+    .flatten()
+    .flatten()
+    .find(|container| {
+        container
+            .container_id
+            .as_deref()
+            .and_then(|full| full.split_once("://"))
+            .is_some_and(|(_, own)| own == id)
+    })
+    .map(|container| container.name.clone())
 }
 
 /// Where `pod`'s cgroup is, or will be once the kubelet creates it.

@@ -7,4 +7,4 @@ mod pods;
 
 pub use cgroup::{Cgroup, CgroupError, Hierarchy, Mount, find_mount, join_in_child};
 pub use placement::{Enforce, FakeKernel, Placement};
-pub use pods::CgroupDriver;
+pub use pods::{CgroupDriver, PodIdentity, PodRegistry, container_id};

@@ -1,7 +1,14 @@
 //! Where the kubelet puts a pod's cgroup: below the QoS class's cgroup, named after the pod's
-//! UID, in the layout of the kubelet's cgroup driver.
+//! UID, in the layout of the kubelet's cgroup driver; its containers' cgroups below it, named by
+//! the container runtime; and which pod and container a cgroup id is, for audit events.
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::{Arc, RwLock},
+};
+
+use serde::Serialize;
 
 /// The kubelet's cgroup driver, which decides how pod cgroups are named.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -53,6 +60,43 @@ impl CgroupDriver {
     }
 }
 
+/// The container id in the name of a container's cgroup below its pod's: containerd
+/// (`cri-containerd-<id>.scope` with the systemd driver, `<id>` with cgroupfs) and CRI-O
+/// (`crio-<id>.scope`, `crio-<id>`). Its conmon's cgroup (`crio-conmon-<id>.scope`) is none.
+pub fn container_id(cgroup_name: &str) -> Option<&str> {
+    let name = cgroup_name.strip_suffix(".scope").unwrap_or(cgroup_name);
+    let id = name
+        .strip_prefix("cri-containerd-")
+        .or_else(|| name.strip_prefix("crio-"))
+        .unwrap_or(name);
+    (id.len() == 64 && id.bytes().all(|byte| byte.is_ascii_hexdigit())).then_some(id)
+}
+
+/// A pod (and container) of this node, as audit events name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodIdentity {
+    pub namespace: String,
+    pub pod: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+}
+
+/// The pods and containers of the protected pods, by cgroup id: written by the Kubernetes
+/// reconciler, read by the event decoder.
+#[derive(Debug, Clone, Default)]
+pub struct PodRegistry(Arc<RwLock<HashMap<u64, PodIdentity>>>);
+
+impl PodRegistry {
+    pub fn get(&self, cgroup_id: u64) -> Option<PodIdentity> {
+        let pods = self.0.read().unwrap_or_else(|poison| poison.into_inner());
+        pods.get(&cgroup_id).cloned()
+    }
+
+    pub fn replace(&self, pods: HashMap<u64, PodIdentity>) {
+        *self.0.write().unwrap_or_else(|poison| poison.into_inner()) = pods;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +129,22 @@ mod tests {
             "kubepods/besteffort/pod3f2a-77b1"
         );
         assert!(CgroupDriver::Cgroupfs.pod_cgroup("Premium", uid).is_err());
+    }
+
+    #[test]
+    fn container_ids_in_every_runtime_naming() {
+        let id = "4f1c".repeat(16);
+        for name in [
+            format!("cri-containerd-{id}.scope"),
+            format!("crio-{id}.scope"),
+            format!("crio-{id}"),
+            id.clone(),
+        ] {
+            assert_eq!(container_id(&name), Some(id.as_str()), "{name}");
+        }
+        assert_eq!(container_id(&format!("crio-conmon-{id}.scope")), None);
+        assert_eq!(container_id("init.scope"), None);
+        assert_eq!(container_id(&id[1..]), None);
     }
 
     #[test]

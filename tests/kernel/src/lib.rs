@@ -13,7 +13,7 @@ use palisade_agent::{
     bpf::Enforcer,
     events::{AuditEvent, Decoder},
     policy::{CompiledPolicy, Environment, Policy, compile},
-    targets::{Cgroup, Hierarchy, join_in_child},
+    targets::{Cgroup, Hierarchy, PodRegistry, join_in_child},
 };
 
 struct Loaded {
@@ -29,7 +29,7 @@ fn loaded() -> MutexGuard<'static, Loaded> {
             let mut enforcer =
                 Enforcer::load().unwrap_or_else(|err| panic!("BPF LSM must work here: {err}"));
             let events = enforcer.take_events().expect("the ring buffer");
-            let decoder = Decoder::new(enforcer.registry());
+            let decoder = Decoder::new(enforcer.registry(), PodRegistry::default());
             Mutex::new(Loaded {
                 enforcer,
                 events,

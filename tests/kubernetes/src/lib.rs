@@ -22,7 +22,7 @@ use palisade_agent::{
     metrics::Metrics,
     policy::{CompiledPolicy, Environment},
     rules::RuleHost,
-    targets::{FakeKernel, Hierarchy},
+    targets::{FakeKernel, Hierarchy, PodRegistry},
 };
 use serde_json::json;
 use tokio::{sync::mpsc, task::JoinHandle};
@@ -93,6 +93,33 @@ pub async fn pod(
         )
         .await
         .expect("creating a pod")
+}
+
+/// Reports the containers of pod `name` running, with container runtime ids, as the kubelet
+/// does: (container name, id such as `containerd://ID`).
+pub async fn report_containers(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    containers: &[(&str, &str)],
+) {
+    let statuses: Vec<serde_json::Value> = containers
+        .iter()
+        .map(|(container, id)| {
+            json!({
+                "name": container, "containerID": id, "image": "registry.example/app:1",
+                "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}},
+            })
+        })
+        .collect();
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running", "containerStatuses": statuses}})),
+        )
+        .await
+        .expect("reporting a pod's containers");
 }
 
 pub async fn relabel_pod(client: &Client, namespace: &str, name: &str, labels: &[(&str, &str)]) {
@@ -230,6 +257,8 @@ impl Drop for Node {
 /// change and every 200 ms, writes statuses at most every 100 ms.
 pub struct Agent {
     pub kernel: Arc<Mutex<FakeKernel>>,
+    /// Which pod and container each cgroup is, as audit events will say.
+    pub pods: PodRegistry,
     task: JoinHandle<()>,
 }
 
@@ -240,6 +269,7 @@ impl Agent {
 
     /// An agent on a kernel an earlier agent left as it was (a restart).
     pub async fn start_with(node: &Node, kernel: Arc<Mutex<FakeKernel>>) -> Self {
+        let pods = PodRegistry::default();
         let reconciler = Reconciler::new(
             Hierarchy::at(node.root.clone(), Path::new("/")),
             None,
@@ -249,6 +279,7 @@ impl Agent {
                 node: node.name.clone(),
                 ..Environment::default()
             },
+            pods.clone(),
         );
         let (changed_tx, mut changed) = mpsc::channel(1);
         let mut cluster = Cluster::connect(
@@ -269,7 +300,7 @@ impl Agent {
                 cluster.reconcile(&mut *shared.lock().unwrap());
             }
         });
-        Self { kernel, task }
+        Self { kernel, pods, task }
     }
 
     /// Stops the agent; its kernel stays as it was.

@@ -8,7 +8,7 @@ use kube::{Api, api::ListParams};
 use palisade_crds::{ENFORCED, PalisadePolicy, PolicyStatus, READY};
 use palisade_kube_tests::{
     Agent, Node, admin, apply_policy, delete_pod, eventually, namespace, pod, relabel_pod,
-    rule_names,
+    report_containers, rule_names,
 };
 
 fn web_policy(namespace: &str, extra: &str) -> String {
@@ -346,4 +346,57 @@ async fn cluster_policies_follow_namespace_labels_and_yield_to_namespaced_ones()
         agent.enforced(id).is_none().then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn audit_events_can_name_the_pod_and_container_of_a_cgroup() {
+    let client = admin().await;
+    namespace(&client, "names", &[]).await;
+    let node = Node::new("names");
+    let web = pod(&client, "names", "web", &node.name, &[("app", "web")]).await;
+    let pod_cgroup = node.start(&web);
+    // Containers as containerd (systemd driver) and CRI-O name their cgroups.
+    let (nginx, sidecar) = ("a".repeat(64), "b".repeat(64));
+    for name in [
+        format!("cri-containerd-{nginx}.scope"),
+        format!("crio-{sidecar}.scope"),
+    ] {
+        std::fs::create_dir(pod_cgroup.join(name)).unwrap();
+    }
+    report_containers(
+        &client,
+        "names",
+        "web",
+        &[
+            ("nginx", &format!("containerd://{nginx}")),
+            ("sidecar", &format!("cri-o://{sidecar}")),
+        ],
+    )
+    .await;
+    let agent = Agent::start(&node).await;
+    apply_policy(&client, &web_policy("names", "  mode: RuntimeDefault\n")).await;
+    let container = |name: String| {
+        let id = node.id(&pod_cgroup.join(name));
+        let pods = agent.pods.clone();
+        async move || pods.get(id).and_then(|identity| identity.container)
+    };
+    let mut nginx_name = container(format!("cri-containerd-{nginx}.scope"));
+    assert_eq!(eventually("nginx named", &mut nginx_name).await, "nginx");
+    let mut sidecar_name = container(format!("crio-{sidecar}.scope"));
+    assert_eq!(
+        eventually("sidecar named", &mut sidecar_name).await,
+        "sidecar"
+    );
+    let identity = agent
+        .pods
+        .get(node.id(&pod_cgroup))
+        .expect("the pod's own cgroup");
+    assert_eq!(
+        (
+            identity.namespace.as_str(),
+            identity.pod.as_str(),
+            identity.container
+        ),
+        ("names", "web", None)
+    );
 }

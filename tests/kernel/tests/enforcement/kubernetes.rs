@@ -11,7 +11,9 @@ use kube::Api;
 use palisade_agent::targets::{Cgroup, Hierarchy};
 use palisade_crds::{PalisadePolicy, READY};
 use palisade_kernel_tests::{Answer, EPERM, binary, file, probe, probe_command};
-use palisade_kube_tests::{Node, admin, apply_policy, eventually, namespace, pod};
+use palisade_kube_tests::{
+    Node, admin, apply_policy, eventually, namespace, pod, report_containers,
+};
 
 use super::{Agent, cleanup_agent, fresh_dir};
 
@@ -26,7 +28,7 @@ fn start_pod(node: &Node, pod: &Pod) -> Cgroup {
 
 fn policy(namespace: &str, denied: &str) -> String {
     format!(
-        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: web\n  namespace: {namespace}\nspec:\n  target:\n    selector: {{matchLabels: {{app: web}}}}\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    customRules:\n      files:\n        - name: secret\n          paths: [{denied}]\n          permissions: [read]\n          action: deny\n"
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: web\n  namespace: {namespace}\nspec:\n  target:\n    selector: {{matchLabels: {{app: web}}}}\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    auditViolations: true\n    customRules:\n      files:\n        - name: secret\n          paths: [{denied}]\n          permissions: [read]\n          action: deny\n"
     )
 }
 
@@ -116,6 +118,36 @@ async fn end_to_end() {
         Answer::Ok,
         "outside every pod"
     );
+
+    // Audit events name the pod and the container (by its cgroup's name, containerd's here).
+    let container_id = "c".repeat(64);
+    let scope = web
+        .path
+        .join(format!("cri-containerd-{container_id}.scope"));
+    std::fs::create_dir(&scope).unwrap();
+    report_containers(
+        &client,
+        &ns,
+        "web",
+        &[("main", &format!("containerd://{container_id}"))],
+    )
+    .await;
+    let in_container = Hierarchy::find()
+        .unwrap()
+        .open(&scope.to_string_lossy())
+        .unwrap();
+    let named = eventually("an event naming the pod's container", async || {
+        assert_eq!(probe(Some(&in_container), &["read", first]), EPERM);
+        let events = std::fs::read_to_string("/tmp/kube-agent-events.jsonl").ok()?;
+        events
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|event| event["kubernetes"]["container"] == "main")
+    })
+    .await;
+    assert_eq!(named["kubernetes"]["namespace"], ns.as_str());
+    assert_eq!(named["kubernetes"]["pod"], "web");
+    assert_eq!(named["policy"], format!("{ns}/web"));
 
     // Edits take effect: the new path is denied, the old one no longer.
     latencies.push(apply_and_time(&policy(&ns, second), &web, second).await);
