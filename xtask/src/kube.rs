@@ -73,10 +73,8 @@ impl Drop for ApiServer {
     }
 }
 
-/// An ECDSA P-256 key and a certificate for `subject` signed by the CA in `dir` (or the CA
-/// itself, self-signed).
-fn certificate(dir: &Path, name: &str, subject: &str, extensions: &str) -> anyhow::Result<()> {
-    let key = dir.join(format!("{name}.key"));
+/// A new ECDSA P-256 private key in `path`.
+fn ec_key(path: &Path) -> anyhow::Result<()> {
     run(Command::new("openssl")
         .args([
             "ecparam",
@@ -86,7 +84,15 @@ fn certificate(dir: &Path, name: &str, subject: &str, extensions: &str) -> anyho
             "-noout",
             "-out",
         ])
-        .arg(&key))?;
+        .arg(path))?;
+    Ok(())
+}
+
+/// An ECDSA P-256 key and a certificate for `subject` signed by the CA in `dir` (or the CA
+/// itself, self-signed).
+fn certificate(dir: &Path, name: &str, subject: &str, extensions: &str) -> anyhow::Result<()> {
+    let key = dir.join(format!("{name}.key"));
+    ec_key(&key)?;
     let cert = dir.join(format!("{name}.crt"));
     let ext = dir.join(format!("{name}.ext"));
     std::fs::write(&ext, extensions)?;
@@ -167,16 +173,7 @@ impl ApiServer {
             &format!("/CN={AGENT_USER}"),
             "extendedKeyUsage=clientAuth\n",
         )?;
-        run(Command::new("openssl")
-            .args([
-                "ecparam",
-                "-name",
-                "prime256v1",
-                "-genkey",
-                "-noout",
-                "-out",
-            ])
-            .arg(dir.join("sa.key")))?;
+        ec_key(&dir.join("sa.key"))?;
         run(Command::new("openssl")
             .args(["ec", "-pubout", "-in"])
             .arg(dir.join("sa.key"))
@@ -420,7 +417,8 @@ fn write_schemas(openapi: &str, crds: &Path, out: &Path) -> anyhow::Result<()> {
                     spec["names"]["kind"].as_str(),
                     spec["group"].as_str(),
                     version["name"].as_str(),
-                    &strict(schema),
+                    // A CRD's schema has no references: this only applies `strict`.
+                    &standalone(&schema, &serde_json::Map::new(), &mut Vec::new()),
                 )?;
             }
         }
@@ -449,7 +447,7 @@ fn write_schema(
 }
 
 /// `schema` with every `$ref` replaced by its definition (a recursive one by an open schema),
-/// Kubernetes' int-or-string formats as JSON Schema alternatives, and objects closed.
+/// and `strict` applied to every node.
 fn standalone(
     schema: &Value,
     definitions: &serde_json::Map<String, Value>,
@@ -474,7 +472,7 @@ fn standalone(
             for (key, value) in map {
                 out.insert(key.clone(), standalone(value, definitions, stack));
             }
-            strict(Value::Object(out))
+            Value::Object(strict(out))
         }
         Value::Array(items) => Value::Array(
             items
@@ -486,18 +484,9 @@ fn standalone(
     }
 }
 
-/// Closes objects with properties to other fields and spells int-or-string in JSON Schema.
-fn strict(schema: Value) -> Value {
-    let Value::Object(mut map) = schema else {
-        return schema;
-    };
-    for value in map.values_mut() {
-        *value = match value.take() {
-            Value::Object(inner) => strict(Value::Object(inner)),
-            Value::Array(items) => Value::Array(items.into_iter().map(strict).collect()),
-            other => other,
-        };
-    }
+/// One schema node, closed to other fields when it has properties, int-or-string spelt in JSON
+/// Schema (`standalone` applies it to every node).
+fn strict(mut map: serde_json::Map<String, Value>) -> serde_json::Map<String, Value> {
     let int_or_string = map.get("format").and_then(Value::as_str) == Some("int-or-string")
         || map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
     if int_or_string {
@@ -512,7 +501,7 @@ fn strict(schema: Value) -> Value {
     if map.contains_key("properties") && !open && !map.contains_key("additionalProperties") {
         map.insert("additionalProperties".into(), Value::Bool(false));
     }
-    Value::Object(map)
+    map
 }
 
 pub fn workspace() -> PathBuf {
