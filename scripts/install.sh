@@ -11,6 +11,8 @@ packages=(
   libbpf-dev linux-libc-dev
   binutils
   qemu-system-x86 busybox-static cpio
+  # The benchmarks' workloads (run inside the VM only; their services are not started here).
+  redis-server redis-tools nginx wrk sysbench
 )
 
 backports=/etc/apt/sources.list.d/bookworm-backports.sources
@@ -33,7 +35,14 @@ if [ ${#missing[@]} -gt 0 ] || ! apt-cache madison linux-image-amd64 | grep -q b
   apt-get update -q
 fi
 if [ ${#missing[@]} -gt 0 ]; then
+  # policy-rc.d keeps the packages' services (redis, nginx) from starting on this machine.
+  created_policy_rc=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    created_policy_rc=1
+  fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  [ -z "$created_policy_rc" ] || rm -f /usr/sbin/policy-rc.d
 fi
 
 # The toolchain pinned by rust-toolchain.toml.

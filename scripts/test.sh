@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit tests on this machine, the Kubernetes suite
 # against a real API server, then the privileged kernel suite inside QEMU on Debian's 6.1 and
-# 6.12 kernels. Installs what it needs first.
+# 6.12 kernels, and a smoke run of the kernel benchmarks. Installs what it needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,3 +21,5 @@ cargo test --locked
 wait "$kube_tools" || { cat "$kube_tools_log"; echo "scripts/kube-tools.sh failed" >&2; exit 1; }
 cargo xtask kube-test
 cargo xtask vm-test --kernel 6.1 --kernel 6.12
+# Every benchmark briefly, so that the harness never rots (full runs: benchmarks/README.md).
+cargo xtask bench --smoke --kernel 6.1

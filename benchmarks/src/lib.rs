@@ -1,4 +1,7 @@
-//! What the benchmarks share: where the workspace is, and the font their plots use.
+//! What the benchmarks share: where the workspace is, the font their plots use, and the kernel
+//! benchmark's results.
+
+pub mod kernel;
 
 use std::path::{Path, PathBuf};
 

@@ -93,6 +93,8 @@ typedef uint64_t __u64;
 #define PALISADE_LOOKUP_MOUNT_TYPES (1u << 0)
 #define PALISADE_LOOKUP_SOCKETS (1u << 1)
 #define PALISADE_LOOKUP_NETWORK (1u << 2)
+/* Path rules (the `path_prefixes` trie): without them, file hooks resolve no path. */
+#define PALISADE_LOOKUP_PATHS (1u << 3)
 
 /* Bytes of a cgroup's name in a `pending` key (with its NUL): a systemd pod slice is ~65. */
 #define PALISADE_CGROUP_NAME_LEN 128

@@ -14,7 +14,7 @@ static __always_inline int check_exec_name(struct linux_binprm *bprm)
 {
 	SUBJECT(subject, PALISADE_HOOK_BPRM_CHECK);
 	struct scratch *s = find_path_subject(&subject);
-	if (!s)
+	if (!s || !has_paths(&subject))
 		return 0;
 	long len = bpf_probe_read_kernel_str(s->path, PATH_BUF_LEN, bprm->filename);
 	if (len <= 1 || s->path[0] != '/')

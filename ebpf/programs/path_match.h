@@ -69,6 +69,12 @@ static __always_inline struct scratch *find_path_subject(struct subject *subject
 	return bpf_map_lookup_elem(&scratch_space, &zero);
 }
 
+/* Whether the subject's policy has path rules. */
+static __always_inline int has_paths(const struct subject *subject)
+{
+	return subject->policy->lookups & PALISADE_LOOKUP_PATHS;
+}
+
 /* Whether `len`, as returned by a path resolver, is a usable path length; counts it if not. */
 static __always_inline int resolved(long len)
 {
@@ -109,18 +115,24 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
-	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);
-	if (!resolved(len))
-		return 0;
-	struct palisade_verdict d = {};
-	match_path(subject.target, s, len, perms, &d);
-	protect_files(&d, file->f_path.dentry, perms);
+	/* What needs no path first: then the path is resolved for path rules, or to report. */
+	struct palisade_verdict by_file = {};
+	protect_files(&by_file, file->f_path.dentry, perms);
 	/* A block device is one whatever its path: matched by the inode's type. */
 	struct inode *inode = file->f_inode;
 	if ((perms & (PALISADE_PERM_READ | PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) &&
 	    (BPF_CORE_READ(inode, i_mode) & S_IFMT) == S_IFBLK)
-		consider(&d, subject.policy->block_device_open.action,
+		consider(&by_file, subject.policy->block_device_open.action,
 			 subject.policy->block_device_open.rule_id);
+	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE)
+		return 0;
+	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);
+	if (!resolved(len))
+		return 0;
+	struct palisade_verdict d = {};
+	if (has_paths(&subject))
+		match_path(subject.target, s, len, perms, &d);
+	consider(&d, by_file.action, by_file.rule_id);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
 	return decide_path(&d, &subject, s, inode, perms, 0);

@@ -115,12 +115,18 @@ static __always_inline int check_dentry(struct dentry *dentry, struct vfsmount *
 	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
+	/* As in check_file: the path is walked for path rules, or to report a decision. */
+	struct palisade_verdict by_file = {};
+	protect_files(&by_file, dentry, perms);
+	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE)
+		return 0;
 	long len = walk_path(s, dentry, vfsmnt);
 	if (!resolved(len))
 		return 0;
 	struct palisade_verdict d = {};
-	match_path(subject.target, s, len, perms, &d);
-	protect_files(&d, dentry, perms);
+	if (has_paths(&subject))
+		match_path(subject.target, s, len, perms, &d);
+	consider(&d, by_file.action, by_file.rule_id);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
 	return decide_path(&d, &subject, s, NULL, perms, 0);

@@ -68,6 +68,33 @@ pub fn binaries() -> anyhow::Result<Binaries> {
     })
 }
 
+/// The agent and the kernel benchmark (benchmarks/src/kernel_bench), in release builds or not.
+pub fn bench_binaries(release: bool) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let mut args = vec![
+        "build",
+        "--package",
+        "palisade-agent",
+        "--package",
+        "palisade-benchmarks",
+        "--bin",
+        "palisade",
+        "--bin",
+        "kernel-bench",
+    ];
+    if release {
+        args.push("--release");
+    }
+    let built = cargo_executables(&args)?;
+    let find = |name: &str| {
+        built
+            .iter()
+            .find(|(built, _, _)| built == name)
+            .map(|(_, _, path)| path.clone())
+            .with_context(|| format!("cargo built no `{name}`"))
+    };
+    Ok((find("palisade")?, find("kernel-bench")?))
+}
+
 /// The rule modules the kernel tests use, built by `palisade rules build` into `dir`: (file,
 /// path in the image).
 pub fn rule_modules(palisade: &Path, dir: &Path) -> anyhow::Result<Vec<(PathBuf, String)>> {

@@ -2,6 +2,7 @@
 //! booted under QEMU with BPF LSM enabled (this machine's own kernel refuses LSM programs).
 //! `cargo xtask kube-test`: the Kubernetes side against a real API server.
 
+mod bench;
 mod build;
 mod kernels;
 mod kube;
@@ -27,11 +28,27 @@ enum Command {
         /// Only run tests whose name contains this.
         #[arg(long)]
         filter: Option<String>,
+        /// Policy updates the Kubernetes test times (benchmarks/results/apply-latency: 100).
+        #[arg(long, default_value_t = 10)]
+        apply_updates: usize,
     },
     /// Start etcd and kube-apiserver (scripts/kube-tools.sh builds them), check the Helm chart
     /// (lint, kubeconform, server-side dry run), install it, and run the Kubernetes tests
     /// (tests/kubernetes) against that API server.
     KubeTest,
+    /// Run the kernel benchmarks (overhead states S0-S6, workloads, program run time, footprint,
+    /// apply latency, event throughput) in the VM on each kernel, the guest clock counting
+    /// instructions, and write their report into benchmarks/results.
+    Bench {
+        #[arg(long = "kernel", default_values = ["6.1", "6.12"])]
+        kernels: Vec<String>,
+        /// A short run that only checks every benchmark works; its report goes to target/vm.
+        #[arg(long)]
+        smoke: bool,
+        /// Build the agent optimised, as users run it (for committed results).
+        #[arg(long)]
+        release: bool,
+    },
     /// Boot a kernel and run `palisade run` with the example policy: a denied read, an allowed
     /// read and the JSON audit event.
     VmDemo {
@@ -42,8 +59,17 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::VmTest { kernels, filter } => vm::test(&kernels, filter.as_deref()),
+        Command::VmTest {
+            kernels,
+            filter,
+            apply_updates,
+        } => vm::test(&kernels, filter.as_deref(), apply_updates),
         Command::KubeTest => kube::test(),
+        Command::Bench {
+            kernels,
+            smoke,
+            release,
+        } => bench::bench(&kernels, smoke, release),
         Command::VmDemo { kernel } => vm::demo(&kernel),
     }
 }

@@ -15,11 +15,12 @@ use crate::{build, kernels, kube, results};
 
 const SENTINEL: &str = "PALISADE-VM-EXIT";
 /// Prefixes a measurement the tests left in /tmp/palisade-results (`RESULT NAME JSON`).
-const RESULT: &str = "PALISADE-RESULT";
-const BOOT_TIMEOUT: Duration = Duration::from_secs(25 * 60);
+pub const RESULT: &str = "PALISADE-RESULT";
+/// How long the kernel test suite may take on one kernel.
+const TEST_TIMEOUT: Duration = Duration::from_secs(25 * 60);
 
 /// The start of every /init: mounts what a node has, then runs `body`, then reports its status.
-fn init_script(body: &str) -> String {
+pub fn init_script(body: &str) -> String {
     format!(
         r#"#!/bin/busybox sh
 /bin/busybox --install -s /bin
@@ -45,10 +46,16 @@ poweroff -f
     )
 }
 
-/// Boots `vmlinuz` with `initrd`, echoing the console prefixed by `label`. Returns the console
-/// and the status the init body reported.
-/// `nic` is QEMU's `-nic` option.
-fn boot(label: &str, vmlinuz: &Path, initrd: &Path, nic: &str) -> anyhow::Result<(String, i32)> {
+/// Boots `vmlinuz` with `initrd` and QEMU's `options` (network, clock), echoing the console
+/// prefixed by `label`. Returns the console and the status the init body reported; fails when
+/// the VM runs longer than `timeout`.
+pub fn boot(
+    label: &str,
+    vmlinuz: &Path,
+    initrd: &Path,
+    options: &[&str],
+    timeout: Duration,
+) -> anyhow::Result<(String, i32)> {
     let mut child = Command::new("qemu-system-x86_64")
         .args([
             "-accel",
@@ -64,9 +71,8 @@ fn boot(label: &str, vmlinuz: &Path, initrd: &Path, nic: &str) -> anyhow::Result
             "1",
             "-nographic",
             "-no-reboot",
-            "-nic",
-            nic,
         ])
+        .args(options)
         .arg("-kernel")
         .arg(vmlinuz)
         .arg("-initrd")
@@ -97,7 +103,9 @@ fn boot(label: &str, vmlinuz: &Path, initrd: &Path, nic: &str) -> anyhow::Result
         match lines.recv_timeout(Duration::from_secs(5)) {
             Ok(line) => {
                 let line = line.trim_end_matches('\r');
-                println!("[{label}] {line}");
+                // Measurements can be long lines: the console shows their start.
+                let shown: String = line.chars().take(300).collect();
+                println!("[{label}] {shown}");
                 if let Some(code) = line.trim().strip_prefix(SENTINEL) {
                     status = code.trim().parse().ok();
                 }
@@ -105,9 +113,9 @@ fn boot(label: &str, vmlinuz: &Path, initrd: &Path, nic: &str) -> anyhow::Result
                 console.push('\n');
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) if started.elapsed() > BOOT_TIMEOUT => {
+            Err(mpsc::RecvTimeoutError::Timeout) if started.elapsed() > timeout => {
                 let _ = child.kill();
-                bail!("[{label}] the VM did not finish within {BOOT_TIMEOUT:?}");
+                bail!("[{label}] the VM did not finish within {timeout:?}");
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
@@ -119,7 +127,7 @@ fn boot(label: &str, vmlinuz: &Path, initrd: &Path, nic: &str) -> anyhow::Result
     Ok((console, status))
 }
 
-fn work_dir(name: &str) -> anyhow::Result<PathBuf> {
+pub fn work_dir(name: &str) -> anyhow::Result<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../target/vm")
         .join(name);
@@ -127,7 +135,7 @@ fn work_dir(name: &str) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
+pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> anyhow::Result<()> {
     let binaries = build::binaries()?;
     let list = Command::new(&binaries.kernel_tests)
         .args(["--list"])
@@ -151,7 +159,7 @@ pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
          palisade doctor\nPALISADE_BIN=/palisade/bin/palisade PALISADE_PROBE=/palisade/bin/probe \
          PALISADE_RULES=/palisade/rules KUBECONFIG=/palisade/kube/admin.kubeconfig \
          PALISADE_AGENT_KUBECONFIG=/palisade/kube/agent.kubeconfig \
-         RUST_BACKTRACE=1 /palisade/bin/enforcement --test-threads=1 {}\n\
+         PALISADE_APPLY_UPDATES={apply_updates} RUST_BACKTRACE=1 /palisade/bin/enforcement --test-threads=1 {}\n\
          status=$?\n\
          for result in /tmp/palisade-results/*.json; do [ -e \"$result\" ] && echo \"{RESULT} $(basename $result .json) $(cat $result)\"; done\n\
          (exit $status)",
@@ -188,7 +196,13 @@ pub fn test(kernels: &[String], filter: Option<&str>) -> anyhow::Result<()> {
     let mut report = Vec::new();
     for (series, kernel) in &kernels {
         let label = format!("linux-{series}");
-        let (console, status) = match boot(&label, &kernel.vmlinuz, &initrd, &nic) {
+        let (console, status) = match boot(
+            &label,
+            &kernel.vmlinuz,
+            &initrd,
+            &["-nic", &nic],
+            TEST_TIMEOUT,
+        ) {
             Ok(run) => run,
             Err(err) => {
                 eprintln!("{err:#}");
@@ -233,7 +247,8 @@ pub fn demo(series: &str) -> anyhow::Result<()> {
         &format!("linux-{series}"),
         &kernels::fetch(series)?.vmlinuz,
         &initrd,
-        "none",
+        &["-nic", "none"],
+        TEST_TIMEOUT,
     )?;
     ensure!(status == 0, "the demo failed (status {status})");
     Ok(())

@@ -45,7 +45,7 @@ pub(crate) const MAPS: &[&str] = &[
 pub const PROGRAM_COUNT: usize = PROGRAMS.len();
 
 /// The LSM programs in the object, by function name, with the hook each attaches to.
-pub(crate) const PROGRAMS: &[(&str, &str)] = &[
+pub const PROGRAMS: &[(&str, &str)] = &[
     ("file_open", "file_open"),
     ("bprm_check_security", "bprm_check_security"),
     ("mmap_file", "mmap_file"),

@@ -14,8 +14,8 @@ use std::{
 
 use palisade_common::{
     ACTION_AUDIT, ACTION_DENY, FS_TYPE_LEN, GlobRule, LOOKUP_MOUNT_TYPES, LOOKUP_NETWORK,
-    LOOKUP_SOCKETS, MAX_GLOBS, PERM_APPEND, PERM_COUNT, PERM_EXEC, PERM_READ, PERM_WRITE,
-    PathVerdict, Policy as KernelPolicy, Verdict,
+    LOOKUP_PATHS, LOOKUP_SOCKETS, MAX_GLOBS, PERM_APPEND, PERM_COUNT, PERM_EXEC, PERM_READ,
+    PERM_WRITE, PathVerdict, Policy as KernelPolicy, Verdict,
 };
 
 use super::{
@@ -443,6 +443,7 @@ impl Compiler<'_> {
             (!self.mount_types.is_empty(), LOOKUP_MOUNT_TYPES),
             (!self.sockets.is_empty(), LOOKUP_SOCKETS),
             (!self.network.is_empty(), LOOKUP_NETWORK),
+            (!self.prefixes.is_empty(), LOOKUP_PATHS),
         ];
         self.switches.lookups = lookups
             .iter()
@@ -966,6 +967,11 @@ mod tests {
         let policy = parse(&with_rules(&rules)).unwrap();
         assert_eq!(policy.rules.len(), 10_000);
         assert_eq!(policy.prefixes.len(), 10_000);
+        assert_ne!(
+            policy.switches.lookups & LOOKUP_PATHS,
+            0,
+            "path rules are looked up"
+        );
         assert_eq!(
             decide(&policy, "/data/f9999", PERM_READ),
             (ACTION_DENY, 10_000)

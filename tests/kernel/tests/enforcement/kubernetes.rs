@@ -152,8 +152,13 @@ async fn end_to_end() {
     // Edits take effect: the new path is denied, the old one no longer.
     latencies.push(apply_and_time(&policy(&ns, second), &web, second).await);
     assert_eq!(probe(Some(&web), &["read", first]), Answer::Ok);
-    // More edits, alternating, for the latency's spread.
-    for round in 0..8 {
+    // More edits, alternating, for the latency's spread (PALISADE_APPLY_UPDATES in all, for
+    // benchmarks/results: `cargo xtask vm-test --apply-updates 100`).
+    let updates: usize = std::env::var("PALISADE_APPLY_UPDATES")
+        .ok()
+        .and_then(|updates| updates.parse().ok())
+        .unwrap_or(10);
+    for round in 0..updates.saturating_sub(2) {
         let path = if round % 2 == 0 { first } else { second };
         latencies.push(apply_and_time(&policy(&ns, path), &web, path).await);
     }

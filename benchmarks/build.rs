@@ -1,0 +1,24 @@
+//! Compiles the floor programs (ebpf/floor.bpf.c) that `kernel-bench` attaches in the "floor"
+//! state. `CLANG` overrides the compiler (default `clang-19`), as for the agent.
+
+use std::{env, path::PathBuf, process::Command};
+
+fn main() {
+    let source = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("ebpf/floor.bpf.c");
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("floor.bpf.o");
+    let clang = env::var("CLANG").unwrap_or_else(|_| "clang-19".to_owned());
+    println!("cargo:rerun-if-env-changed=CLANG");
+    println!("cargo:rerun-if-changed={}", source.display());
+    let status = Command::new(&clang)
+        .args(["-target", "bpf", "-O2", "-g", "-Wall", "-Werror", "-c"])
+        .arg(&source)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap_or_else(|err| panic!("running {clang}: {err} (install it: see README)"));
+    assert!(
+        status.success(),
+        "{clang} failed to compile {}",
+        source.display()
+    );
+}

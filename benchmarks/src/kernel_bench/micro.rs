@@ -1,0 +1,280 @@
+//! The microbenchmarks, in the spirit of byte-unixbench and lmbench. Each runs `ops` operations
+//! in the process `kernel-bench micro` starts inside the cgroup under test and reports the
+//! guest time per operation (executed instructions when the VM counts them).
+
+use std::{
+    ffi::CString,
+    io,
+    net::{TcpListener, TcpStream},
+};
+
+use anyhow::{Context, bail, ensure};
+
+use super::system::now_ns;
+
+/// Where the files the benchmarks open live (tmpfs in the VM).
+pub const DATA: &str = "/tmp/bench/data";
+/// The file `open_denied` opens: refused in state S5 only.
+pub const DENIED: &str = "/tmp/bench/denied/file";
+/// The program `exec` runs: static, so that exec is the kernel's work and not the loader's.
+const PROGRAM: &str = "/bin/busybox";
+const COPY_SIZE: usize = 256 * 1024;
+
+/// (name, operations per run, what one operation is).
+pub const BENCHES: &[(&str, u64, &str)] = &[
+    ("exec", 200, "fork, exec of a static program, exit, wait"),
+    ("fork", 500, "fork, exit, wait"),
+    ("open_close", 5000, "open and close a file"),
+    ("stat", 5000, "stat a file"),
+    ("pipe", 5000, "write and read back 512 bytes through a pipe"),
+    ("connect", 500, "TCP socket, connect to loopback, close"),
+    ("file_copy", 20, "copy a 256 KiB file in 4 KiB blocks"),
+    ("open_denied", 5000, "open and close the file S5 denies"),
+];
+
+/// Creates the files the benchmarks use.
+pub fn prepare() -> anyhow::Result<()> {
+    std::fs::create_dir_all(DATA)?;
+    std::fs::write(format!("{DATA}/file"), "content\n")?;
+    std::fs::write(format!("{DATA}/source"), vec![7u8; COPY_SIZE])?;
+    std::fs::create_dir_all("/tmp/bench/denied")?;
+    std::fs::write(DENIED, "content\n")?;
+    Ok(())
+}
+
+fn check(result: libc::c_int, what: &str) -> anyhow::Result<libc::c_int> {
+    if result < 0 {
+        bail!("{what}: {}", io::Error::last_os_error());
+    }
+    Ok(result)
+}
+
+fn c_path(path: &str) -> CString {
+    CString::new(path).expect("no NUL in benchmark paths")
+}
+
+fn wait_child(pid: libc::pid_t) -> anyhow::Result<()> {
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    check(unsafe { libc::waitpid(pid, &mut status, 0) }, "waitpid")?;
+    ensure!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child failed ({status:#x})"
+    );
+    Ok(())
+}
+
+/// Runs `bench` `ops` times; returns the guest nanoseconds per operation. `denied` says whether
+/// `open_denied` must be refused.
+pub fn run(bench: &str, ops: u64, denied: bool) -> anyhow::Result<f64> {
+    let file = c_path(&format!("{DATA}/file"));
+    let started;
+    match bench {
+        "exec" => {
+            let program = c_path(PROGRAM);
+            let argv = [c_path("true")];
+            let argv: [*const libc::c_char; 2] = [argv[0].as_ptr(), std::ptr::null()];
+            let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+            started = now_ns();
+            for _ in 0..ops {
+                // SAFETY: the child only calls execve and _exit.
+                let pid = check(unsafe { libc::fork() }, "fork")?;
+                if pid == 0 {
+                    unsafe {
+                        libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                        libc::_exit(127);
+                    }
+                }
+                wait_child(pid)?;
+            }
+        }
+        "fork" => {
+            started = now_ns();
+            for _ in 0..ops {
+                // SAFETY: the child only calls _exit.
+                let pid = check(unsafe { libc::fork() }, "fork")?;
+                if pid == 0 {
+                    unsafe { libc::_exit(0) };
+                }
+                wait_child(pid)?;
+            }
+        }
+        "open_close" => {
+            started = now_ns();
+            for _ in 0..ops {
+                // SAFETY: a valid path; the descriptor is closed at once.
+                let fd = check(unsafe { libc::open(file.as_ptr(), libc::O_RDONLY) }, "open")?;
+                unsafe { libc::close(fd) };
+            }
+        }
+        "stat" => {
+            // SAFETY: all-zero is a valid `struct stat`.
+            let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+            started = now_ns();
+            for _ in 0..ops {
+                // SAFETY: a valid path and buffer.
+                check(unsafe { libc::stat(file.as_ptr(), &mut stat) }, "stat")?;
+            }
+        }
+        "pipe" => {
+            let mut fds = [0; 2];
+            // SAFETY: a valid array of two descriptors.
+            check(unsafe { libc::pipe(fds.as_mut_ptr()) }, "pipe")?;
+            let mut buffer = [0u8; 512];
+            started = now_ns();
+            for _ in 0..ops {
+                // SAFETY: valid descriptors and buffer.
+                let written = unsafe { libc::write(fds[1], buffer.as_ptr().cast(), 512) };
+                let read = unsafe { libc::read(fds[0], buffer.as_mut_ptr().cast(), 512) };
+                ensure!(
+                    written == 512 && read == 512,
+                    "pipe: {}",
+                    io::Error::last_os_error()
+                );
+            }
+        }
+        "connect" => {
+            let listener = TcpListener::bind("127.0.0.1:0")?;
+            let address = listener.local_addr()?;
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    drop(stream);
+                }
+            });
+            started = now_ns();
+            for _ in 0..ops {
+                drop(TcpStream::connect(address).context("connect")?);
+            }
+        }
+        "file_copy" => {
+            let source = c_path(&format!("{DATA}/source"));
+            let copy = c_path(&format!("{DATA}/copy-{}", std::process::id()));
+            let mut buffer = [0u8; 4096];
+            started = now_ns();
+            for _ in 0..ops {
+                // SAFETY: valid paths and buffer; both descriptors are closed below.
+                let from = check(
+                    unsafe { libc::open(source.as_ptr(), libc::O_RDONLY) },
+                    "open",
+                )?;
+                let to = check(
+                    unsafe {
+                        libc::open(
+                            copy.as_ptr(),
+                            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+                            0o600,
+                        )
+                    },
+                    "create",
+                )?;
+                loop {
+                    let read = unsafe { libc::read(from, buffer.as_mut_ptr().cast(), 4096) };
+                    if read <= 0 {
+                        break;
+                    }
+                    let written = unsafe { libc::write(to, buffer.as_ptr().cast(), read as usize) };
+                    ensure!(written == read, "write: {}", io::Error::last_os_error());
+                }
+                unsafe {
+                    libc::close(from);
+                    libc::close(to);
+                }
+            }
+            let _ = std::fs::remove_file(copy.to_str().expect("UTF-8"));
+        }
+        "open_denied" => {
+            let path = c_path(DENIED);
+            started = now_ns();
+            for _ in 0..ops {
+                // SAFETY: a valid path; the descriptor is closed at once.
+                let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
+                if fd >= 0 {
+                    unsafe { libc::close(fd) };
+                }
+                let refused =
+                    fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+                ensure!(
+                    refused == denied,
+                    "open_denied: {}",
+                    if denied { "not refused" } else { "refused" }
+                );
+            }
+        }
+        other => bail!("no benchmark {other}"),
+    }
+    let elapsed = now_ns() - started;
+    Ok(elapsed as f64 / ops as f64)
+}
+
+/// Keeps `path` being opened `rate` times per second for `seconds` (guest time), or as fast as
+/// it can with `rate` 0. Returns (attempts, refused, seconds taken).
+pub fn generate(path: &str, rate: u64, seconds: f64) -> anyhow::Result<(u64, u64, f64)> {
+    let path = c_path(path);
+    let started = now_ns();
+    let end = started + (seconds * 1e9) as u64;
+    let (mut attempts, mut refused) = (0u64, 0u64);
+    loop {
+        let now = now_ns();
+        if now >= end {
+            break;
+        }
+        // Rate 0: no pacing.
+        if let Some(offset) = (attempts * 1_000_000_000).checked_div(rate) {
+            let due = started + offset;
+            if due > now {
+                sleep_until(due);
+                continue;
+            }
+        }
+        // SAFETY: a valid path; the descriptor is closed at once.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
+        if fd >= 0 {
+            unsafe { libc::close(fd) };
+        } else if io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
+            refused += 1;
+        }
+        attempts += 1;
+    }
+    Ok((attempts, refused, (now_ns() - started) as f64 / 1e9))
+}
+
+fn sleep_until(ns: u64) {
+    let deadline = libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: a valid timespec; an interrupted sleep only ends early.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &deadline,
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+/// Reads `path` in a loop; prints `TIME ok|eperm` whenever the answer changes, forever.
+pub fn probe(path: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let path = c_path(path);
+    let mut last = None;
+    let mut out = io::stdout().lock();
+    loop {
+        // SAFETY: a valid path; the descriptor is closed at once.
+        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
+        let answer = if fd >= 0 {
+            unsafe { libc::close(fd) };
+            "ok"
+        } else if io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
+            "eperm"
+        } else {
+            "error"
+        };
+        if last != Some(answer) {
+            writeln!(out, "{} {answer}", now_ns())?;
+            out.flush()?;
+            last = Some(answer);
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The overhead states S0-S6 and the floor, measured in interleaved rounds: every round visits
+//! every state, so that a drift of the machine touches them all alike.
+
+use std::{collections::HashMap, time::Duration};
+
+use palisade_benchmarks::kernel::{HookCost, KernelRun, MicroSample, STATES, WORKLOAD_STATES};
+use palisade_crds::rules::RULES;
+
+use super::{
+    Settings, micro,
+    system::{
+        Agent, Cgroups, Floor, TARGET, bench_command, cleanup, clear_policies, output, program_runs,
+    },
+    workloads,
+};
+
+/// Built-in rules the S4 states leave out because they deny what the benchmarks themselves do
+/// (run busybox, open TCP connections, and nginx looks its user up in /etc/passwd); every other
+/// built-in rule is on.
+const LEFT_OUT: &[&str] = &[
+    "disable-busybox",
+    "disable-shell",
+    "disable-network",
+    "disable-inet",
+    "disable-tcp",
+    "disable-access-passwd",
+];
+
+/// The file S6's background process opens, under an audit rule.
+const AUDITED: &str = "/tmp/bench/audited";
+/// S6's rate of audit events.
+const AUDIT_RATE: &str = "1000";
+
+/// A policy file for `cgroup_path`: `spec` is what follows `target` (indented by two spaces).
+pub fn policy_file(name: &str, cgroup_path: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\nspec:\n  target:\n    cgroupPath: {cgroup_path}\n{spec}"
+    )
+}
+
+/// EnhanceProtect with every built-in rule but LEFT_OUT, `custom` file rules on paths nothing
+/// opens, and `extra` file rules (YAML list items indented by six spaces).
+pub fn enhance_protect(custom: usize, extra: &str) -> String {
+    let mut spec =
+        String::from("  mode: EnhanceProtect\n  enhanceProtect:\n    auditViolations: true\n");
+    for category in palisade_crds::rules::Category::ALL {
+        let names: Vec<&str> = RULES
+            .iter()
+            .filter(|(name, of)| *of == category && !LEFT_OUT.contains(name))
+            .map(|(name, _)| *name)
+            .collect();
+        spec += &format!("    {}: [{}]\n", category.field(), names.join(", "));
+    }
+    spec += "    customRules:\n      files:\n";
+    for index in 0..custom {
+        spec += &format!(
+            "      - name: rule-{index}\n        paths: [/srv/bench/rule-{index}/]\n        permissions: [read, write]\n        action: deny\n"
+        );
+    }
+    spec + extra
+}
+
+/// The policy on the target in `state`; None where there is none.
+fn state_policy(state: &str) -> Option<String> {
+    let spec = match state {
+        "S2" => "  mode: AlwaysAllow\n".to_owned(),
+        "S3" => "  mode: RuntimeDefault\n".to_owned(),
+        "S5" => enhance_protect(
+            1,
+            &format!(
+                "      - name: denied\n        paths: [{}]\n        permissions: [read]\n        action: deny\n",
+                micro::DENIED
+            ),
+        ),
+        "S6" => enhance_protect(
+            1,
+            &format!(
+                "      - name: audited\n        paths: [{AUDITED}]\n        permissions: [read]\n        action: audit\n"
+            ),
+        ),
+        state => enhance_protect(state.strip_prefix("S4-")?.parse().ok()?, ""),
+    };
+    Some(policy_file("bench", TARGET, &spec))
+}
+
+/// Runs every microbenchmark once in the target.
+fn micro_run(
+    settings: &Settings,
+    cgroups: &Cgroups,
+    state: &str,
+    round: usize,
+) -> anyhow::Result<Vec<MicroSample>> {
+    micro::BENCHES
+        .iter()
+        .map(|(bench, ops, _)| {
+            let ops = settings.ops(*ops);
+            let denied = if state == "S5" { "denied" } else { "allowed" };
+            let text = output(&mut bench_command(
+                &cgroups.target,
+                &["micro", bench, &ops.to_string(), denied],
+            )?)?;
+            Ok(MicroSample {
+                state: state.to_owned(),
+                round,
+                bench: (*bench).to_owned(),
+                ops,
+                ns_per_op: text.trim().parse()?,
+            })
+        })
+        .collect()
+}
+
+/// What runs in a state besides the benchmarks: S6's stream of audit events.
+struct Background(Option<std::process::Child>);
+
+impl Background {
+    fn start(cgroups: &Cgroups, state: &str) -> anyhow::Result<Self> {
+        if state != "S6" {
+            return Ok(Self(None));
+        }
+        let child = bench_command(
+            &cgroups.target,
+            &["generate", AUDITED, AUDIT_RATE, "1000000"],
+        )?
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+        Ok(Self(Some(child)))
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Brings the kernel into `state` (the agent running from S1 on), runs `measure` there.
+fn visit(
+    cgroups: &Cgroups,
+    state: &str,
+    agent: &mut Option<Agent>,
+    mut measure: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    match state {
+        "S0" => measure(),
+        "floor" => {
+            let _floor = Floor::attach()?;
+            measure()
+        }
+        _ => {
+            if agent.is_none() {
+                *agent = Some(Agent::start(&[])?);
+            }
+            let agent = agent.as_ref().expect("started");
+            if let Some(policy) = state_policy(state) {
+                agent.apply(&[("bench.yaml".to_owned(), policy)])?;
+            }
+            let _background = Background::start(cgroups, state)?;
+            measure()
+        }
+    }
+}
+
+/// The interleaved rounds: microbenchmarks in every state, workloads in WORKLOAD_STATES.
+pub fn rounds(settings: &Settings, cgroups: &Cgroups, run: &mut KernelRun) -> anyhow::Result<()> {
+    std::fs::create_dir_all(AUDITED.rsplit_once('/').expect("a directory").0)?;
+    std::fs::write(AUDITED, "content\n")?;
+    cleanup()?;
+    // The first run of a benchmark pays one-time costs (the first TCP connection): not kept.
+    micro_run(settings, cgroups, "warm-up", 0)?;
+    for round in 0..settings.rounds {
+        eprintln!("kernel-bench: round {}/{}", round + 1, settings.rounds);
+        let mut agent = None;
+        for (state, _) in STATES {
+            visit(cgroups, state, &mut agent, || {
+                run.micro
+                    .extend(micro_run(settings, cgroups, state, round)?);
+                if WORKLOAD_STATES.contains(state) && round < settings.workload_rounds {
+                    run.workloads
+                        .extend(workloads::run(settings, cgroups, state, round)?);
+                }
+                Ok(())
+            })?;
+        }
+        clear_policies()?;
+        agent.take().expect("started in S1").stop()?;
+    }
+    Ok(())
+}
+
+/// One more round with the kernel's run-time statistics on (they cost a clock read per program
+/// run, so the rounds above run without): each program's runs and time per run over the
+/// microbenchmarks of each state.
+pub fn hook_costs(
+    settings: &Settings,
+    cgroups: &Cgroups,
+    run: &mut KernelRun,
+) -> anyhow::Result<()> {
+    let _statistics = aya::sys::enable_stats(aya::sys::Stats::RunTime)?;
+    let mut agent = None;
+    for (state, _) in STATES.iter().filter(|(state, _)| *state != "S0") {
+        visit(cgroups, state, &mut agent, || {
+            let before = program_runs();
+            micro_run(settings, cgroups, state, 0)?;
+            let mut by_program: HashMap<String, (u64, Duration)> = HashMap::new();
+            for (id, (name, runs, time)) in program_runs() {
+                let Some((_, runs_before, time_before)) = before.get(&id) else {
+                    continue;
+                };
+                let total = by_program.entry(name).or_default();
+                total.0 += runs - runs_before;
+                total.1 += time - *time_before;
+            }
+            let mut costs: Vec<HookCost> = by_program
+                .into_iter()
+                .filter(|(_, (runs, _))| *runs > 0)
+                .map(|(program, (runs, time))| HookCost {
+                    state: (*state).to_owned(),
+                    program,
+                    runs,
+                    ns_per_run: time.as_nanos() as f64 / runs as f64,
+                })
+                .collect();
+            costs.sort_by(|a, b| a.program.cmp(&b.program));
+            run.hooks.extend(costs);
+            Ok(())
+        })?;
+    }
+    clear_policies()?;
+    if let Some(agent) = agent {
+        agent.stop()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,319 @@
+//! What the benchmarks drive: cgroups, the agent process and its metrics, the floor programs,
+//! and the kernel's statistics of the programs attached.
+
+use std::{
+    collections::HashMap,
+    io::{Read, Write},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail, ensure};
+use palisade_agent::targets::{Cgroup, Hierarchy, join_in_child};
+
+/// The guest's monotonic clock in nanoseconds (executed instructions under `-icount`).
+pub fn now_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// `kernel-bench ARGS`, started inside `cgroup` (its first instruction already runs there).
+pub fn bench_command(cgroup: &Cgroup, args: &[&str]) -> anyhow::Result<Command> {
+    let mut command = Command::new(std::env::current_exe()?);
+    command.args(args);
+    in_cgroup(&mut command, cgroup);
+    Ok(command)
+}
+
+pub fn in_cgroup(command: &mut Command, cgroup: &Cgroup) {
+    let procs = cgroup.procs_file();
+    // SAFETY: join_in_child only makes async-signal-safe calls.
+    unsafe { std::os::unix::process::CommandExt::pre_exec(command, move || join_in_child(&procs)) };
+}
+
+/// Runs `command` to completion; its standard output.
+pub fn output(command: &mut Command) -> anyhow::Result<String> {
+    let out = command
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    ensure!(
+        out.status.success(),
+        "{command:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The benchmark's cgroups: `target` (protected from S2 on) and `client` (never protected).
+pub struct Cgroups {
+    pub hierarchy: Hierarchy,
+    pub base: PathBuf,
+    pub target: Cgroup,
+    pub client: Cgroup,
+}
+
+/// The target's path as a policy's `cgroupPath` names it.
+pub const TARGET: &str = "bench/target";
+
+impl Cgroups {
+    pub fn create() -> anyhow::Result<Self> {
+        let hierarchy = Hierarchy::find()?;
+        let base = hierarchy.mount.join("bench");
+        std::fs::create_dir_all(&base)?;
+        let target = hierarchy.create(&base, "target")?;
+        let client = hierarchy.create(&base, "client")?;
+        Ok(Self {
+            hierarchy,
+            base,
+            target,
+            client,
+        })
+    }
+}
+
+/// A Prometheus scrape of the agent.
+pub struct Scrape(prometheus_parse::Scrape);
+
+impl Scrape {
+    /// The sum of the samples of `name` (all label sets); the count of a histogram.
+    pub fn sum(&self, name: &str) -> f64 {
+        use prometheus_parse::Value;
+        self.0
+            .samples
+            .iter()
+            .filter(|sample| sample.metric == name)
+            .map(|sample| match &sample.value {
+                Value::Counter(value) | Value::Gauge(value) | Value::Untyped(value) => *value,
+                Value::Histogram(buckets) => buckets
+                    .iter()
+                    .find(|bucket| bucket.less_than.is_infinite())
+                    .map_or(0.0, |bucket| bucket.count),
+                Value::Summary(_) => 0.0,
+            })
+            .sum()
+    }
+}
+
+const METRICS: &str = "127.0.0.1:9464";
+const BPFFS: &str = "/sys/fs/bpf/palisade-bench";
+pub const POLICY_DIR: &str = "/tmp/bench/policies";
+pub const EVENTS: &str = "/tmp/bench/events.jsonl";
+
+fn palisade() -> anyhow::Result<PathBuf> {
+    std::env::var_os("PALISADE_BIN")
+        .map(PathBuf::from)
+        .context("PALISADE_BIN must name the palisade binary (the VM harness sets it)")
+}
+
+fn http_get(path: &str) -> anyhow::Result<(u16, String)> {
+    let mut stream = std::net::TcpStream::connect(METRICS)?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_owned()))
+}
+
+/// Polls `done` every 20 ms for up to `limit`.
+pub fn wait_for(
+    what: &str,
+    limit: Duration,
+    mut done: impl FnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    while !done()? {
+        ensure!(started.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// `palisade agent` on the policy directory, events to a file, no rate limit on audit events.
+pub struct Agent {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Agent {
+    pub fn start(extra: &[&str]) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(POLICY_DIR)?;
+        let log = PathBuf::from("/tmp/bench/agent.log");
+        let child = Command::new(palisade()?)
+            .args(["agent", "--policy-dir", POLICY_DIR, "--bpffs", BPFFS])
+            .args(["--events", EVENTS, "--audit-rate", "0"])
+            .args(extra)
+            // As in a cluster: block-access-to-kube-apiserver needs the API server's address.
+            .env("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .context("starting the agent")?;
+        let mut agent = Self { child, log };
+        wait_for("the agent ready", Duration::from_secs(600), || {
+            if let Some(status) = agent.child.try_wait()? {
+                bail!("the agent exited ({status}): {}", agent.log());
+            }
+            Ok(http_get("/readyz").map(|(status, _)| status).unwrap_or(0) == 200)
+        })?;
+        Ok(agent)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn scrape(&self) -> anyhow::Result<Scrape> {
+        let (status, text) = http_get("/metrics")?;
+        ensure!(status == 200, "/metrics answered {status}");
+        Ok(Scrape(prometheus_parse::Scrape::parse(
+            text.lines().map(|line| Ok(line.to_owned())),
+        )?))
+    }
+
+    /// Writes the policy files `files` (name, YAML), each in place atomically, and waits until
+    /// the agent has applied as many changes and enforces them all.
+    pub fn apply(&self, files: &[(String, String)]) -> anyhow::Result<()> {
+        let applied = self.scrape()?.sum("palisade_policy_apply_seconds");
+        for (name, text) in files {
+            write_atomically(&Path::new(POLICY_DIR).join(name), text)?;
+        }
+        let wanted = applied + files.len() as f64;
+        wait_for("the policy applied", Duration::from_secs(1200), || {
+            let scrape = self.scrape()?;
+            ensure!(
+                scrape.sum("palisade_policy_errors") == 0.0,
+                "the agent refused a benchmark policy: {}",
+                self.log()
+            );
+            Ok(scrape.sum("palisade_policy_apply_seconds") >= wanted)
+        })
+    }
+
+    /// Stops the agent and removes what it pinned: no program stays attached.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        // SAFETY: signals our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let status = self.child.wait()?;
+        ensure!(
+            status.success(),
+            "the agent failed ({status}): {}",
+            self.log()
+        );
+        cleanup()
+    }
+}
+
+/// `palisade agent --cleanup`: unpins (and so detaches) whatever an agent left.
+pub fn cleanup() -> anyhow::Result<()> {
+    output(Command::new(palisade()?).args(["agent", "--cleanup", "--bpffs", BPFFS]))?;
+    Ok(())
+}
+
+pub fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
+    let temporary = path.with_extension("tmp");
+    std::fs::write(&temporary, text)?;
+    std::fs::rename(&temporary, path)?;
+    Ok(())
+}
+
+/// Removes every file of the policy directory (the agent lifts their policies).
+pub fn clear_policies() -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(POLICY_DIR)? {
+        std::fs::remove_file(entry?.path())?;
+    }
+    Ok(())
+}
+
+/// Resident memory and CPU time (user + system) of process `pid`.
+pub fn process_usage(pid: u32) -> anyhow::Result<(u64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let rss_kb: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS")?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command (which may hold spaces): state is field 3, utime 14, stime 15.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .context("malformed stat")?
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok((rss_kb * 1024, ticks as f64 / per_second))
+}
+
+/// The floor programs (ebpf/floor.bpf.c), attached while this lives.
+pub struct Floor {
+    _programs: aya::Ebpf,
+}
+
+static FLOOR: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/floor.bpf.o"));
+
+impl Floor {
+    pub fn attach() -> anyhow::Result<Self> {
+        let btf = aya::Btf::from_sys_fs()?;
+        let mut ebpf = aya::Ebpf::load(FLOOR)?;
+        let names: Vec<String> = ebpf.programs().map(|(name, _)| name.to_owned()).collect();
+        let mut agent: Vec<&str> = palisade_agent::bpf::PROGRAMS
+            .iter()
+            .map(|(name, _)| *name)
+            .collect();
+        let mut floor: Vec<&str> = names.iter().map(String::as_str).collect();
+        agent.sort_unstable();
+        floor.sort_unstable();
+        ensure!(
+            agent == floor,
+            "the floor programs must match the agent's: {floor:?} vs {agent:?}"
+        );
+        for (name, hook) in palisade_agent::bpf::PROGRAMS {
+            let program: &mut aya::programs::Lsm = ebpf
+                .program_mut(name)
+                .context("a floor program")?
+                .try_into()?;
+            program.load(hook, &btf)?;
+            program.attach()?;
+        }
+        Ok(Self { _programs: ebpf })
+    }
+}
+
+/// Run counts and run time of every loaded program, by id (while statistics are on).
+pub fn program_runs() -> HashMap<u32, (String, u64, Duration)> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .map(|info| {
+            (
+                info.id(),
+                (
+                    info.name_as_str().unwrap_or("?").to_owned(),
+                    info.run_count(),
+                    info.run_time(),
+                ),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,121 @@
+//! `cargo xtask bench`: the kernel benchmarks (benchmarks/src/kernel_bench) inside the VM on each
+//! kernel, the guest clock counting executed instructions, then their report
+//! (benchmarks/src/kernel_report.rs).
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use anyhow::{Context, ensure};
+
+use crate::{build, kernels, kube, results, vm};
+
+/// The workloads' programs, from Debian's packages (scripts/install.sh installs them).
+const WORKLOADS: &[(&str, &str)] = &[
+    ("redis-server", "/usr/bin/redis-server"),
+    ("redis-benchmark", "/usr/bin/redis-benchmark"),
+    ("nginx", "/usr/sbin/nginx"),
+    ("wrk", "/usr/bin/wrk"),
+    ("sysbench", "/usr/bin/sysbench"),
+];
+
+/// `-icount shift=0`: the guest clock advances one nanosecond per executed instruction, so
+/// guest timings are deterministic instruction counts; `sleep=off`: an idle guest's clock
+/// jumps to its next timer.
+const ICOUNT: &[&str] = &["-icount", "shift=0,sleep=off"];
+
+pub fn bench(kernels: &[String], smoke: bool, release: bool) -> anyhow::Result<()> {
+    let (palisade, kernel_bench) = build::bench_binaries(release)?;
+    let dir = vm::work_dir("bench")?;
+    let mut binaries = vec![
+        ("palisade", palisade.as_path()),
+        ("kernel-bench", kernel_bench.as_path()),
+    ];
+    for (name, path) in WORKLOADS {
+        ensure!(
+            Path::new(path).exists(),
+            "{path} is missing: scripts/install.sh installs the workloads"
+        );
+        binaries.push((name, Path::new(path)));
+    }
+    let mut files = build::rule_modules(&palisade, &dir)?;
+    // nginx looks its user up even when it stays root.
+    for (name, text) in [
+        (
+            "passwd",
+            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+        ),
+        ("group", "root:x:0:\nnogroup:x:65534:\n"),
+    ] {
+        std::fs::write(dir.join(name), text)?;
+        files.push((dir.join(name), format!("/etc/{name}")));
+    }
+    let mode = if smoke { "--smoke" } else { "" };
+    let body = format!(
+        "PALISADE_BIN=/palisade/bin/palisade PALISADE_RULES=/palisade/rules RUST_BACKTRACE=1 \
+         kernel-bench run {mode} --clock icount /tmp/kernel-bench.json && \
+         echo \"{} kernel-bench $(cat /tmp/kernel-bench.json)\"",
+        vm::RESULT
+    );
+    let initrd = build::initramfs(&dir, &binaries, &files, &vm::init_script(&body))?;
+    let timeout = Duration::from_secs(if smoke { 30 * 60 } else { 6 * 60 * 60 });
+    let measured = vm::work_dir("results")?;
+    let mut inputs = Vec::new();
+    for series in kernels {
+        let kernel = kernels::fetch(series)?;
+        let label = format!("linux-{series}");
+        let (console, status) = vm::boot(
+            &label,
+            &kernel.vmlinuz,
+            &initrd,
+            &[&["-nic", "none"], ICOUNT].concat(),
+            timeout,
+        )?;
+        ensure!(
+            status == 0,
+            "[{label}] the kernel benchmark failed (status {status})"
+        );
+        let input = measured.join(format!("{label}-kernel-bench.json"));
+        let _ = std::fs::remove_file(&input);
+        results::save_measurements(&console, vm::RESULT, &measured, &label)?;
+        ensure!(
+            input.exists(),
+            "[{label}] the kernel benchmark reported no results"
+        );
+        inputs.push(input);
+    }
+    let out = if smoke {
+        vm::work_dir("bench-smoke")?
+    } else {
+        kube::workspace().join("benchmarks/results")
+    };
+    report(&inputs, &out, release)
+}
+
+/// Runs kernel-report on `inputs`, writing into `out`.
+fn report(inputs: &[PathBuf], out: &Path, release: bool) -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut command = Command::new(cargo);
+    command.args([
+        "run",
+        "--package",
+        "palisade-benchmarks",
+        "--bin",
+        "kernel-report",
+    ]);
+    if release {
+        command.arg("--release");
+    }
+    let status = command
+        .arg("--")
+        .arg("--out")
+        .arg(out)
+        .args(inputs)
+        .status()
+        .context("running cargo")?;
+    ensure!(status.success(), "kernel-report failed");
+    println!("kernel benchmark report: {}", out.display());
+    Ok(())
+}
