@@ -62,6 +62,7 @@ fn main() -> anyhow::Result<()> {
                 "samples_ms": kernel.samples,
                 "median_ms": kernel.quantile(0.5),
                 "p90_ms": kernel.quantile(0.9),
+                "p99_ms": kernel.quantile(0.99),
             })
         })
         .collect();
@@ -70,16 +71,17 @@ fn main() -> anyhow::Result<()> {
         serde_json::to_string_pretty(&json)? + "\n",
     )?;
     let mut table = String::from(
-        "| kernel | updates | min | median | p90 | max |\n|---|---:|---:|---:|---:|---:|\n",
+        "| kernel | updates | min | median | p90 | p99 | max |\n|---|---:|---:|---:|---:|---:|---:|\n",
     );
     for kernel in &kernels {
         table += &format!(
-            "| {} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms |\n",
+            "| {} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms |\n",
             kernel.name,
             kernel.samples.len(),
             kernel.samples[0],
             kernel.quantile(0.5),
             kernel.quantile(0.9),
+            kernel.quantile(0.99),
             kernel.samples[kernel.samples.len() - 1]
         );
     }

@@ -4,14 +4,17 @@
 //!
 //! kernel-report [--out DIR] INPUT.json...   (DIR defaults to benchmarks/results)
 
-use std::{collections::BTreeMap, fmt::Write as _, path::Path};
+use std::{cmp::Reverse, collections::BTreeMap, fmt::Write as _, ops::Range, path::Path};
 
 use anyhow::Context;
 use palisade_benchmarks::{
-    kernel::{KernelRun, STATES, Spread, WORKLOAD_STATES},
+    kernel::{Footprint, KernelRun, STATES, Spread, ThroughputSample, WORKLOAD_STATES},
     register_font, workspace,
 };
-use plotters::prelude::*;
+use plotters::{
+    coord::{Shift, ranged1d::SegmentedCoord, types::RangedCoordusize},
+    prelude::*,
+};
 
 /// A published number of a seed (../shared/seeds) and our figure for the same question.
 struct Comparison {
@@ -23,9 +26,11 @@ struct Comparison {
 }
 
 const SEEDS: &[Comparison] = &[
+    // vArmor BPF enforcer benchmark, byte-unixbench on kernel 5.10, 10 runs
+    // (seeds 002_667aa536dc500f84.txt and 000_fd23e20a145a4bd1.txt).
     Comparison {
         project: "vArmor (BPF enforcer, byte-unixbench)",
-        measure: "AlwaysAllow",
+        measure: "AlwaysAllow, worst test",
         published: "<= 1.34% loss",
         ours: "AlwaysAllow (S2): worst microbenchmark",
         figure: |kernel| worst(kernel, "S2"),
@@ -44,25 +49,29 @@ const SEEDS: &[Comparison] = &[
         ours: "8 custom rules + built-ins (S4-8): fork",
         figure: |kernel| percent(kernel.overhead("S4-8", "fork")),
     },
+    // Eunomia performance (seed 003_d2a39f82283c5fad.txt): "2-3% of the CPU in most uses";
+    // wrk against OpenResty loses "about 4%".
     Comparison {
         project: "Eunomia",
         measure: "agent CPU",
-        published: "< 2%",
+        published: "2-3%",
         ours: "agent CPU, idle / at 1000 events/s",
         figure: agent_cpu,
     },
     Comparison {
         project: "Eunomia",
-        measure: "workload throughput loss",
-        published: "2-4%",
+        measure: "workload throughput loss (wrk, OpenResty)",
+        published: "about -4%",
         ours: "workloads in EnhanceProtect (S4-64): worst",
         figure: worst_workload,
     },
+    // Kmesh resource consumption (seed 004_167e9a5150f14bd7.txt): inspektor-gadget's eBPF
+    // memory with 1, 100 and 1000 services.
     Comparison {
         project: "Kmesh",
         measure: "eBPF memory, 1 to 1000 services",
         published: "23 MB, constant",
-        ours: "BPF map memory, 1 to 1000 cgroups",
+        ours: "BPF map memory (policies/cgroups), smallest to largest setup",
         figure: map_memory,
     },
 ];
@@ -85,13 +94,12 @@ impl Kernel {
 
     /// Microbenchmark names in the order they were run.
     fn benches(&self) -> Vec<String> {
-        let mut benches: Vec<String> = Vec::new();
-        for sample in &self.run.micro {
-            if !benches.contains(&sample.bench) {
-                benches.push(sample.bench.clone());
-            }
-        }
-        benches
+        first_seen(self.run.micro.iter().map(|sample| &sample.bench))
+    }
+
+    /// Workload names in the order they were run.
+    fn workloads(&self) -> Vec<String> {
+        first_seen(self.run.workloads.iter().map(|sample| &sample.workload))
     }
 
     /// Per round, ns per operation of `bench` in `state`.
@@ -104,6 +112,7 @@ impl Kernel {
             .collect()
     }
 
+    /// Per round, the value of `workload` in `state`.
     fn workload(&self, state: &str, workload: &str) -> BTreeMap<usize, f64> {
         self.run
             .workloads
@@ -113,9 +122,17 @@ impl Kernel {
             .collect()
     }
 
-    /// Overhead of `bench` in `state` against S0 (per-round ratios minus one).
+    /// Overhead of `bench` in `state` against S0: more time per operation is positive.
     fn overhead(&self, state: &str, bench: &str) -> Option<Spread> {
         ratios(&self.micro(state, bench), &self.micro("S0", bench))
+    }
+
+    /// Change of `workload` in `state` against S0: less throughput is negative.
+    fn workload_change(&self, state: &str, workload: &str) -> Option<Spread> {
+        ratios(
+            &self.workload(state, workload),
+            &self.workload("S0", workload),
+        )
     }
 
     fn clock_note(&self) -> &'static str {
@@ -127,6 +144,17 @@ impl Kernel {
     }
 }
 
+/// Each item once, in the order of first appearance.
+fn first_seen<'a, T: PartialEq + Clone + 'a>(items: impl Iterator<Item = &'a T>) -> Vec<T> {
+    let mut seen: Vec<T> = Vec::new();
+    for item in items {
+        if !seen.contains(item) {
+            seen.push(item.clone());
+        }
+    }
+    seen
+}
+
 /// The median and spread of `values[round] / base[round] - 1` over the rounds both have.
 fn ratios(values: &BTreeMap<usize, f64>, base: &BTreeMap<usize, f64>) -> Option<Spread> {
     Spread::of(values.iter().filter_map(|(round, value)| {
@@ -135,62 +163,77 @@ fn ratios(values: &BTreeMap<usize, f64>, base: &BTreeMap<usize, f64>) -> Option<
     }))
 }
 
+/// "+1.7%", with the spread over rounds when there is one: "+1.7% (+1.1..+2.0)".
 fn percent(spread: Option<Spread>) -> String {
-    spread.map_or("-".to_owned(), |spread| {
+    let Some(spread) = spread else {
+        return "-".into();
+    };
+    let median = signed(spread.median);
+    if spread.min == spread.max {
+        median
+    } else {
         format!(
-            "{:+.1}% ({:+.1}..{:+.1})",
-            spread.median * 100.0,
+            "{median} ({:+.1}..{:+.1})",
             spread.min * 100.0,
             spread.max * 100.0
         )
-    })
+    }
+}
+
+fn signed(ratio: f64) -> String {
+    format!("{:+.1}%", ratio * 100.0)
 }
 
 fn median(values: impl IntoIterator<Item = f64>) -> Option<f64> {
     Spread::of(values).map(|spread| spread.median)
 }
 
-/// The sample at quantile `q` of sorted `values`.
+/// The sample at quantile `q` of sorted, non-empty `values`.
 fn quantile(values: &[f64], q: f64) -> f64 {
     values[((values.len() - 1) as f64 * q).round() as usize]
 }
 
-const MIB: f64 = 1024.0 * 1024.0;
+/// `count` per second of `row`, if it lasted at all.
+fn per_second(count: u64, row: &ThroughputSample) -> Option<f64> {
+    (row.seconds > 0.0).then(|| count as f64 / row.seconds)
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// "6.1" for "6.1.0-41-amd64".
+fn series(release: &str) -> String {
+    release
+        .split(['.', '-', '+'])
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(".")
+}
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (out, inputs) = match args.iter().position(|arg| arg == "--out") {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let out = match args.iter().position(|arg| arg == "--out") {
         Some(at) => {
-            let out = args.get(at + 1).context("--out needs a directory")?;
-            let inputs: Vec<&String> = args
-                .iter()
-                .enumerate()
-                .filter(|(index, _)| *index != at && *index != at + 1)
-                .map(|(_, arg)| arg)
-                .collect();
-            (Path::new(out).to_owned(), inputs)
+            anyhow::ensure!(at + 1 < args.len(), "--out needs a directory");
+            let out = args.remove(at + 1);
+            args.remove(at);
+            out.into()
         }
-        None => (
-            workspace().join("benchmarks/results"),
-            args.iter().collect(),
-        ),
+        None => workspace().join("benchmarks/results"),
     };
     anyhow::ensure!(
-        !inputs.is_empty(),
+        !args.is_empty(),
         "usage: kernel-report [--out DIR] INPUT.json..."
     );
     let mut kernels = Vec::new();
-    for input in inputs {
+    for input in &args {
         let text = std::fs::read_to_string(input).with_context(|| input.clone())?;
         let run: KernelRun = serde_json::from_str(&text).with_context(|| input.clone())?;
-        let label = run
-            .environment
-            .kernel
-            .split(['.', '-'])
-            .take(2)
-            .collect::<Vec<_>>()
-            .join(".");
-        kernels.push(Kernel { label, run });
+        kernels.push(Kernel {
+            label: series(&run.environment.kernel),
+            run,
+        });
     }
     kernels.sort_by_key(|kernel| {
         kernel
@@ -199,7 +242,7 @@ fn main() -> anyhow::Result<()> {
             .map(|part| part.parse::<u32>().unwrap_or(0))
             .collect::<Vec<_>>()
     });
-    std::fs::create_dir_all(&out)?;
+    std::fs::create_dir_all(&out).with_context(|| out.display().to_string())?;
     for kernel in &kernels {
         std::fs::write(
             out.join(format!("kernel-{}.json", kernel.label)),
@@ -234,7 +277,7 @@ fn summary(kernels: &[Kernel]) -> String {
     for kernel in kernels {
         md += &micro_tables(kernel);
     }
-    md += &workload_tables(kernels);
+    md += &workload_table(kernels);
     for kernel in kernels {
         md += &hook_table(kernel);
     }
@@ -244,21 +287,33 @@ fn summary(kernels: &[Kernel]) -> String {
     md
 }
 
+/// A Markdown table head: `columns` after the left-aligned `first` ones, right-aligned.
+fn table_head(first: &[&str], columns: &[&str]) -> String {
+    let mut head = String::from("|");
+    for name in first.iter().chain(columns) {
+        let _ = write!(head, " {name} |");
+    }
+    head += "\n|";
+    head += &"---|".repeat(first.len());
+    head += &"---:|".repeat(columns.len());
+    head + "\n"
+}
+
 fn seeds_table(kernels: &[Kernel]) -> String {
     let mut md = String::from(
-        "\n## Next to the seeds\n\nTheir figures come from real hardware, ours from an emulated VM counting instructions: only ratios compare. The seeds publish score changes (negative: slower); our microbenchmark figures are changes of the time per operation (positive: slower), our workload figures changes of throughput (negative: slower).\n\n| project | measure | published |",
+        "\n## Next to the seeds\n\nOur numbers come from an emulated VM (instructions counted), theirs from real hardware: only ratios compare. The seeds publish score changes (negative: slower); our microbenchmark figures are changes of the time per operation (positive: slower), our workload figures changes of throughput (negative: slower).\n\n",
     );
-    for kernel in kernels {
-        let _ = write!(md, " Palisade, Linux {} |", kernel.label);
-    }
-    md += "\n|---|---|---|";
-    md += &"---|".repeat(kernels.len());
-    md += "\n";
+    let columns: Vec<String> = kernels
+        .iter()
+        .map(|kernel| format!("Palisade, Linux {}", kernel.label))
+        .collect();
+    let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+    md += &table_head(&["project", "measure", "published", "ours"], &columns);
     for seed in SEEDS {
         let _ = write!(
             md,
-            "| {} | {} (ours: {}) | {} |",
-            seed.project, seed.measure, seed.ours, seed.published
+            "| {} | {} | {} | {} |",
+            seed.project, seed.measure, seed.published, seed.ours
         );
         for kernel in kernels {
             let _ = write!(md, " {} |", (seed.figure)(kernel));
@@ -275,32 +330,39 @@ fn agent_cpu(kernel: &Kernel) -> String {
         .throughput
         .iter()
         .find(|row| row.offered_per_second == 1000)
+        .filter(|row| row.seconds > 0.0)
         .map(|row| row.agent_cpu_seconds / row.seconds);
     let shown = |cpu: Option<f64>| cpu.map_or("-".into(), |cpu| format!("{:.1}%", cpu * 100.0));
     format!("{} / {}", shown(idle), shown(busy))
 }
 
 fn worst_workload(kernel: &Kernel) -> String {
-    workload_names(kernel)
-        .iter()
+    kernel
+        .workloads()
+        .into_iter()
         .filter_map(|workload| {
-            ratios(
-                &kernel.workload("S4-64", workload),
-                &kernel.workload("S0", workload),
-            )
+            let change = kernel.workload_change("S4-64", &workload)?.median;
+            Some((workload, change))
         })
-        .map(|spread| spread.median)
-        .min_by(f64::total_cmp)
-        .map_or("-".into(), |worst| format!("{:+.1}%", worst * 100.0))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map_or("-".into(), |(workload, change)| {
+            format!("{} ({workload})", signed(change))
+        })
 }
 
 fn map_memory(kernel: &Kernel) -> String {
-    match (kernel.run.footprint.first(), kernel.run.footprint.last()) {
-        (Some(first), Some(last)) => format!(
-            "{:.1} MiB -> {:.1} MiB",
-            first.map_bytes as f64 / MIB,
-            last.map_bytes as f64 / MIB
-        ),
+    let rows = &kernel.run.footprint;
+    let setup = |row: &Footprint| {
+        format!(
+            "{:.1} MiB ({}/{})",
+            mib(row.map_bytes),
+            row.policies,
+            row.cgroups
+        )
+    };
+    let key = |row: &&Footprint| (row.policies, row.cgroups);
+    match (rows.iter().min_by_key(key), rows.iter().max_by_key(key)) {
+        (Some(smallest), Some(largest)) => format!("{} -> {}", setup(smallest), setup(largest)),
         _ => "-".into(),
     }
 }
@@ -309,55 +371,51 @@ fn map_memory(kernel: &Kernel) -> String {
 fn worst(kernel: &Kernel, state: &str) -> String {
     kernel
         .benches()
-        .iter()
-        .filter_map(|bench| Some((bench, kernel.overhead(state, bench)?.median)))
+        .into_iter()
+        .filter_map(|bench| {
+            let overhead = kernel.overhead(state, &bench)?.median;
+            Some((bench, overhead))
+        })
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map_or("-".into(), |(bench, overhead)| {
-            format!("{:+.1}% ({bench})", overhead * 100.0)
+            format!("{} ({bench})", signed(overhead))
         })
 }
 
 fn micro_tables(kernel: &Kernel) -> String {
-    let states = kernel.states();
+    let states: Vec<&str> = kernel
+        .states()
+        .into_iter()
+        .filter(|state| *state != "S0")
+        .collect();
     let mut md = format!(
-        "\n## Microbenchmarks, Linux {}\n\nOverhead against S0 of the same round: median (min..max over rounds).\n\n| benchmark | S0 ns/op |",
+        "\n## Microbenchmarks, Linux {}\n\nOverhead against S0 of the same round: median (min..max over rounds) of the per-round ratios.\n\n",
         kernel.label
     );
-    for state in &states[1..] {
-        let _ = write!(md, " {state} |");
-    }
-    md += "\n|---|---:|";
-    md += &"---:|".repeat(states.len() - 1);
-    md += "\n";
+    md += &table_head(&["benchmark"], &[&["S0 ns/op"], &states[..]].concat());
+    let at = |state: &str, bench: &str| median(kernel.micro(state, bench).into_values());
     for bench in kernel.benches() {
-        let base = median(kernel.micro("S0", &bench).into_values());
-        let _ = write!(
-            md,
-            "| {bench} | {} |",
-            base.map_or("-".into(), |ns| format!("{ns:.0}"))
-        );
-        for state in &states[1..] {
+        let base = at("S0", &bench).map_or("-".into(), |ns| format!("{ns:.0}"));
+        let _ = write!(md, "| {bench} | {base} |");
+        for state in &states {
             let _ = write!(md, " {} |", percent(kernel.overhead(state, &bench)));
         }
         md += "\n";
     }
-    md += "\nThe allow path as a multiple of the floor: (state - S0) / (floor - S0), medians of ns per operation.\n\n| benchmark |";
     let allow: Vec<&str> = states
         .iter()
         .copied()
-        .filter(|state| *state != "S0" && *state != "floor" && *state != "S5" && *state != "S6")
+        .filter(|state| !matches!(*state, "floor" | "S5" | "S6"))
         .collect();
-    for state in &allow {
-        let _ = write!(md, " {state} |");
+    if allow.is_empty() {
+        return md;
     }
-    md += "\n|---|";
-    md += &"---:|".repeat(allow.len());
-    md += "\n";
+    md += "\nThe allow path as a multiple of the floor: (state - S0) / (floor - S0), medians of ns per operation.\n\n";
+    md += &table_head(&["benchmark"], &allow);
     for bench in kernel.benches() {
-        let at = |state: &str| median(kernel.micro(state, &bench).into_values());
         let _ = write!(md, "| {bench} |");
         for state in &allow {
-            let cell = match (at(state), at("S0"), at("floor")) {
+            let cell = match (at(state, &bench), at("S0", &bench), at("floor", &bench)) {
                 (Some(value), Some(base), Some(floor)) if floor - base > 0.0 => {
                     format!("{:.1}x", (value - base) / (floor - base))
                 }
@@ -370,28 +428,13 @@ fn micro_tables(kernel: &Kernel) -> String {
     md
 }
 
-fn workload_names(kernel: &Kernel) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    for sample in &kernel.run.workloads {
-        if !names.contains(&sample.workload) {
-            names.push(sample.workload.clone());
-        }
-    }
-    names
-}
-
-fn workload_tables(kernels: &[Kernel]) -> String {
+fn workload_table(kernels: &[Kernel]) -> String {
     let mut md = String::from(
-        "\n## Workloads\n\nMedian value, and the change against S0 of the same round (higher values are better).\n\n| kernel | workload |",
+        "\n## Workloads\n\nMedian value, and the change against S0 of the same round: median (min..max over rounds) of the per-round ratios. Higher values are better.\n\n",
     );
-    for state in WORKLOAD_STATES {
-        let _ = write!(md, " {state} |");
-    }
-    md += "\n|---|---|";
-    md += &"---:|".repeat(WORKLOAD_STATES.len());
-    md += "\n";
+    md += &table_head(&["kernel", "workload"], WORKLOAD_STATES);
     for kernel in kernels {
-        for workload in workload_names(kernel) {
+        for workload in kernel.workloads() {
             let unit = kernel
                 .run
                 .workloads
@@ -400,23 +443,14 @@ fn workload_tables(kernels: &[Kernel]) -> String {
                 .map_or("", |sample| sample.unit.as_str());
             let _ = write!(md, "| {} | {workload} ({unit}) |", kernel.label);
             for state in WORKLOAD_STATES {
-                let value = median(kernel.workload(state, &workload).into_values());
+                let value = median(kernel.workload(state, &workload).into_values())
+                    .map_or("-".into(), |value| format!("{value:.0}"));
                 let change = if *state == "S0" {
                     String::new()
                 } else {
-                    format!(
-                        ", {}",
-                        percent(ratios(
-                            &kernel.workload(state, &workload),
-                            &kernel.workload("S0", &workload)
-                        ))
-                    )
+                    format!(", {}", percent(kernel.workload_change(state, &workload)))
                 };
-                let _ = write!(
-                    md,
-                    " {}{change} |",
-                    value.map_or("-".into(), |value| format!("{value:.0}"))
-                );
+                let _ = write!(md, " {value}{change} |");
             }
             md += "\n";
         }
@@ -425,29 +459,17 @@ fn workload_tables(kernels: &[Kernel]) -> String {
 }
 
 fn hook_table(kernel: &Kernel) -> String {
-    let mut states: Vec<&str> = Vec::new();
-    let mut programs: Vec<&str> = Vec::new();
-    for cost in &kernel.run.hooks {
-        if !states.contains(&cost.state.as_str()) {
-            states.push(&cost.state);
-        }
-        if !programs.contains(&cost.program.as_str()) {
-            programs.push(&cost.program);
-        }
-    }
+    let states = first_seen(kernel.run.hooks.iter().map(|cost| &cost.state));
+    let programs = first_seen(kernel.run.hooks.iter().map(|cost| &cost.program));
     if states.is_empty() {
         return String::new();
     }
     let mut md = format!(
-        "\n## Program run time (BPF statistics), Linux {}\n\nns (instructions) per run, and runs, over one pass of the microbenchmarks; `floor` is the empty program. Program names are cut to 15 characters by the kernel.\n\n| program |",
+        "\n## Program run time (BPF statistics), Linux {}\n\nns (instructions) per run, and runs, over one pass of the microbenchmarks; `floor` is the empty program on the same hooks, the cost of any program at all. Program names are cut to 15 characters by the kernel.\n\n",
         kernel.label
     );
-    for state in &states {
-        let _ = write!(md, " {state} |");
-    }
-    md += "\n|---|";
-    md += &"---:|".repeat(states.len());
-    md += "\n";
+    let columns: Vec<&str> = states.iter().map(String::as_str).collect();
+    md += &table_head(&["program"], &columns);
     for program in programs {
         let _ = write!(md, "| {program} |");
         for state in &states {
@@ -467,8 +489,17 @@ fn hook_table(kernel: &Kernel) -> String {
 }
 
 fn footprint_table(kernels: &[Kernel]) -> String {
-    let mut md = String::from(
-        "\n## Footprint\n\n| kernel | policies | cgroups | agent RSS | BPF map memory | idle CPU | apply |\n|---|---:|---:|---:|---:|---:|---:|\n",
+    let mut md = String::from("\n## Footprint\n\n");
+    md += &table_head(
+        &["kernel"],
+        &[
+            "policies",
+            "cgroups",
+            "agent RSS",
+            "BPF map memory",
+            "idle CPU",
+            "apply",
+        ],
     );
     for kernel in kernels {
         for row in &kernel.run.footprint {
@@ -478,8 +509,8 @@ fn footprint_table(kernels: &[Kernel]) -> String {
                 kernel.label,
                 row.policies,
                 row.cgroups,
-                row.rss_bytes as f64 / MIB,
-                row.map_bytes as f64 / MIB,
+                mib(row.rss_bytes),
+                mib(row.map_bytes),
                 row.idle_cpu * 100.0,
                 row.apply_seconds
             );
@@ -489,7 +520,7 @@ fn footprint_table(kernels: &[Kernel]) -> String {
 }
 
 /// Sorted milliseconds of enforce and lift.
-fn latencies(kernel: &Kernel) -> (Vec<f64>, Vec<f64>) {
+fn latencies(kernel: &Kernel) -> [(&'static str, Vec<f64>); 2] {
     let sorted = |pick: fn(&palisade_benchmarks::kernel::ApplySample) -> u64| {
         let mut values: Vec<f64> = kernel
             .run
@@ -500,31 +531,33 @@ fn latencies(kernel: &Kernel) -> (Vec<f64>, Vec<f64>) {
         values.sort_by(f64::total_cmp);
         values
     };
-    (
-        sorted(|sample| sample.enforce_ns),
-        sorted(|sample| sample.lift_ns),
-    )
+    [
+        ("enforce", sorted(|sample| sample.enforce_ns)),
+        ("lift", sorted(|sample| sample.lift_ns)),
+    ]
 }
 
 fn latency_table(kernels: &[Kernel]) -> String {
     let mut md = String::from(
-        "\n## Policy apply latency (file change)\n\nFrom writing the policy file to the first read the target was refused (enforce) or allowed again (lift), including the agent's 200 ms settle time.\n\n| kernel | change | trials | p50 | p90 | p99 | max |\n|---|---|---:|---:|---:|---:|---:|\n",
+        "\n## Policy apply latency (file change)\n\nFrom writing the policy file to the first read the target was refused (enforce) or allowed again (lift), including the agent's 200 ms settle time.\n\n",
+    );
+    md += &table_head(
+        &["kernel", "change"],
+        &["trials", "p50", "p90", "p99", "max"],
     );
     for kernel in kernels {
-        let (enforce, lift) = latencies(kernel);
-        for (change, values) in [("enforce", &enforce), ("lift", &lift)] {
-            if values.is_empty() {
+        for (change, values) in latencies(kernel) {
+            let Some(max) = values.last() else {
                 continue;
-            }
+            };
             let _ = writeln!(
                 md,
-                "| {} | {change} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms |",
+                "| {} | {change} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {max:.0} ms |",
                 kernel.label,
                 values.len(),
-                quantile(values, 0.5),
-                quantile(values, 0.9),
-                quantile(values, 0.99),
-                values[values.len() - 1]
+                quantile(&values, 0.5),
+                quantile(&values, 0.9),
+                quantile(&values, 0.99),
             );
         }
     }
@@ -539,29 +572,60 @@ fn rate_label(rate: u64) -> String {
     }
 }
 
+/// The rows that lasted, by offered rate with "as fast as possible" (0) last.
+fn throughput_rows(kernel: &Kernel) -> Vec<&ThroughputSample> {
+    let mut rows: Vec<&ThroughputSample> = kernel
+        .run
+        .throughput
+        .iter()
+        .filter(|row| row.seconds > 0.0)
+        .collect();
+    rows.sort_by_key(|row| (row.offered_per_second == 0, row.offered_per_second));
+    rows
+}
+
 fn throughput_table(kernels: &[Kernel]) -> String {
     let mut md = String::from(
-        "\n## Event throughput\n\nDenials through the ring buffer, the decoder, a Wasm rule module's decide and the file sink (no rate limit). Accounted: produced = submitted + dropped + throttled.\n\n| kernel | offered/s | produced/s | written/s | dropped | throttled | kept | agent CPU | agent RSS | accounted |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "\n## Event throughput\n\nDenials through the ring buffer, the decoder, a Wasm rule module's decide and the file sink (no rate limit). Accounted: produced = submitted + dropped + throttled.\n\n",
+    );
+    md += &table_head(
+        &["kernel"],
+        &[
+            "offered/s",
+            "produced/s",
+            "written/s",
+            "dropped",
+            "throttled",
+            "kept",
+            "agent CPU",
+            "agent RSS",
+            "accounted",
+        ],
     );
     for kernel in kernels {
-        for row in &kernel.run.throughput {
-            let accounted = row.submitted + row.dropped + row.throttled;
+        for row in throughput_rows(kernel) {
+            let rate =
+                |count| per_second(count, row).map_or("-".into(), |rate| format!("{rate:.0}"));
+            let diff = i128::from(row.produced)
+                - i128::from(row.submitted)
+                - i128::from(row.dropped)
+                - i128::from(row.throttled);
             let _ = writeln!(
                 md,
-                "| {} | {} | {:.0} | {:.0} | {} | {} | {} | {:.0}% | {:.1} MiB | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {:.0}% | {:.1} MiB | {} |",
                 kernel.label,
                 rate_label(row.offered_per_second),
-                row.produced as f64 / row.seconds,
-                row.written as f64 / row.seconds,
+                rate(row.produced),
+                rate(row.written),
                 row.dropped,
                 row.throttled,
                 row.kept,
                 row.agent_cpu_seconds / row.seconds * 100.0,
-                row.agent_rss_bytes as f64 / MIB,
-                if accounted == row.produced {
+                mib(row.agent_rss_bytes),
+                if diff == 0 {
                     "yes".to_owned()
                 } else {
-                    format!("no ({} vs {})", accounted, row.produced)
+                    format!("no (diff {diff})")
                 }
             );
         }
@@ -569,17 +633,16 @@ fn throughput_table(kernels: &[Kernel]) -> String {
     md
 }
 
-/// The drawing area split into one panel per kernel, with a caption each.
-fn panels<'a>(
-    path: &'a Path,
-    kernels: &[Kernel],
-    height: u32,
-) -> anyhow::Result<Vec<DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>>> {
-    let root =
-        BitMapBackend::new(path, (1200, height * kernels.len().max(1) as u32)).into_drawing_area();
-    root.fill(&WHITE)?;
-    Ok(root.split_evenly((kernels.len().max(1), 1)))
-}
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// A labelled line's points.
+type Series<X> = (String, Vec<(X, f64)>);
+
+/// A quantity of a row, by name.
+type Measure<Row> = (&'static str, fn(&Row) -> u64);
+
+const CAPTION: (&str, u32) = ("sans-serif", 22);
+const TEXT: (&str, u32) = ("sans-serif", 16);
 
 const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
@@ -592,87 +655,199 @@ const PALETTE: [RGBColor; 8] = [
     RGBColor(127, 127, 127),
 ];
 
+fn color(index: usize) -> RGBColor {
+    PALETTE[index % PALETTE.len()]
+}
+
+/// Draws one panel per kernel, stacked, into the PNG at `path`.
+fn per_kernel(
+    path: &Path,
+    kernels: &[Kernel],
+    height: u32,
+    draw: impl Fn(&Area, &Kernel) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let root =
+        BitMapBackend::new(path, (1200, height * kernels.len().max(1) as u32)).into_drawing_area();
+    root.fill(&WHITE)?;
+    for (panel, kernel) in root
+        .split_evenly((kernels.len().max(1), 1))
+        .iter()
+        .zip(kernels)
+    {
+        draw(panel, kernel)?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// A panel with its caption and nothing measured to draw.
+fn no_data(area: &Area, caption: &str) -> anyhow::Result<()> {
+    let inner = area.margin(15, 15, 15, 15).titled(caption, CAPTION)?;
+    let (width, height) = inner.dim_in_pixel();
+    inner.draw(&Text::new(
+        "no data",
+        (width as i32 / 2 - 30, height as i32 / 2),
+        TEXT,
+    ))?;
+    Ok(())
+}
+
+/// A chart in `area` with the report's caption style and margins.
+fn chart_on<'a, 'b>(
+    area: &'a Area<'b>,
+    caption: &str,
+    y_label_area: u32,
+) -> ChartBuilder<'a, 'b, BitMapBackend<'b>> {
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(caption, CAPTION)
+        .margin(15)
+        .x_label_area_size(50)
+        .y_label_area_size(y_label_area);
+    builder
+}
+
+/// An axis value without trailing zeros: "10000", "2.5".
+fn tick(value: &f64) -> String {
+    let text = format!("{value:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" { "0" } else { text }.to_owned()
+}
+
+/// The segment label of `labels[index]`.
+fn segment(labels: &[String], value: &SegmentValue<usize>) -> String {
+    match value {
+        SegmentValue::CenterOf(index) => labels.get(*index).cloned().unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+/// `count` categories on a segmented axis (plotters' integer ranges include their end).
+fn categories(count: usize) -> SegmentedCoord<RangedCoordusize> {
+    (0..count.saturating_sub(1)).into_segmented()
+}
+
+/// The range `values` span, padded and never empty; with `zero`, one that holds 0 (and starts
+/// there for positive values).
+fn span(values: impl IntoIterator<Item = f64>, zero: bool) -> Range<f64> {
+    let mut values: Vec<f64> = values
+        .into_iter()
+        .filter(|value| value.is_finite())
+        .collect();
+    if zero {
+        values.push(0.0);
+    }
+    let Some(Spread { min, max, .. }) = Spread::of(values) else {
+        return 0.0..1.0;
+    };
+    let pad = if max > min {
+        (max - min) * 0.1
+    } else {
+        (max.abs() * 0.1).max(0.5)
+    };
+    let bottom = if zero && min == 0.0 { 0.0 } else { min - pad };
+    bottom..max + pad
+}
+
+/// `range` raised for a legend of `rows` entries to fit above the data (in a ~500 px panel).
+fn legend_room(range: Range<f64>, rows: usize) -> Range<f64> {
+    let share = (0.05 + 0.05 * rows as f64).min(0.6);
+    range.start..range.start + (range.end - range.start) / (1.0 - share)
+}
+
+/// A labelled line with a dot on each point.
+fn line<X, Y>(
+    chart: &mut ChartContext<'_, BitMapBackend<'_>, Cartesian2d<X, Y>>,
+    points: Vec<(X::ValueType, Y::ValueType)>,
+    color: RGBColor,
+    label: impl Into<String>,
+) -> anyhow::Result<()>
+where
+    X: Ranged,
+    Y: Ranged,
+    X::ValueType: Clone + 'static,
+    Y::ValueType: Clone + 'static,
+{
+    chart.draw_series(
+        points
+            .iter()
+            .map(|point| Circle::new(point.clone(), 4, color.filled())),
+    )?;
+    chart
+        .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    Ok(())
+}
+
+fn legend<'a, 'b: 'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, BitMapBackend<'b>, Cartesian2d<X, Y>>,
+    position: SeriesLabelPosition,
+) -> anyhow::Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .label_font(TEXT)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
 /// Median overhead per state, a line per microbenchmark.
 fn plot_overhead(path: &Path, kernels: &[Kernel]) -> anyhow::Result<()> {
-    for (panel, kernel) in panels(path, kernels, 520)?.iter().zip(kernels) {
-        let states: Vec<&str> = kernel
+    per_kernel(path, kernels, 520, |panel, kernel| {
+        let caption = format!(
+            "Linux {}: time per operation against S0, median of rounds ({})",
+            kernel.label,
+            kernel.clock_note()
+        );
+        let states: Vec<String> = kernel
             .states()
             .into_iter()
             .filter(|state| *state != "S0")
+            .map(str::to_owned)
             .collect();
-        let benches = kernel.benches();
-        let values: Vec<f64> = benches
-            .iter()
-            .flat_map(|bench| {
-                states
+        let series: Vec<Series<SegmentValue<usize>>> = kernel
+            .benches()
+            .into_iter()
+            .map(|bench| {
+                let points = states
                     .iter()
-                    .filter_map(|state| kernel.overhead(state, bench))
+                    .enumerate()
+                    .filter_map(|(at, state)| {
+                        let overhead = kernel.overhead(state, &bench)?.median * 100.0;
+                        Some((SegmentValue::CenterOf(at), overhead))
+                    })
+                    .collect();
+                (bench, points)
             })
-            .map(|spread| spread.median * 100.0)
             .collect();
-        let (low, high) = values.iter().fold((0.0f64, 1.0f64), |(low, high), value| {
-            (low.min(*value), high.max(*value))
-        });
-        let mut chart = ChartBuilder::on(panel)
-            .caption(
-                format!(
-                    "Linux {}: overhead against S0, median of rounds ({})",
-                    kernel.label,
-                    kernel.clock_note()
-                ),
-                ("sans-serif", 22),
-            )
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(
-                (0..states.len()).into_segmented(),
-                (low - 2.0)..(high * 1.1 + 2.0),
-            )?;
+        if series.iter().all(|(_, points)| points.is_empty()) {
+            return no_data(panel, &caption);
+        }
+        let values = series
+            .iter()
+            .flat_map(|(_, points)| points.iter().map(|(_, y)| *y));
+        let mut chart = chart_on(panel, &caption, 70).build_cartesian_2d(
+            categories(states.len()),
+            legend_room(span(values, true), series.len()),
+        )?;
         chart
             .configure_mesh()
             .x_labels(states.len())
-            .x_label_formatter(&|x| match x {
-                SegmentValue::CenterOf(index) => states
-                    .get(*index)
-                    .map(|state| (*state).to_owned())
-                    .unwrap_or_default(),
-                _ => String::new(),
-            })
-            .y_desc("% over S0")
+            .x_label_formatter(&|x| segment(&states, x))
+            .y_label_formatter(&|y| format!("{}%", tick(y)))
+            .x_desc("state")
+            .y_desc("overhead against S0")
+            .label_style(TEXT)
+            .axis_desc_style(TEXT)
             .draw()?;
-        for (index, bench) in benches.iter().enumerate() {
-            let color = PALETTE[index % PALETTE.len()];
-            let points: Vec<(SegmentValue<usize>, f64)> = states
-                .iter()
-                .enumerate()
-                .filter_map(|(at, state)| {
-                    Some((
-                        SegmentValue::CenterOf(at),
-                        kernel.overhead(state, bench)?.median * 100.0,
-                    ))
-                })
-                .collect();
-            chart
-                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
-                .label(bench.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            chart.draw_series(
-                points
-                    .into_iter()
-                    .map(|point| Circle::new(point, 4, color.filled())),
-            )?;
+        for (index, (bench, points)) in series.into_iter().enumerate() {
+            line(&mut chart, points, color(index), bench)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-    }
-    Ok(())
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    })
 }
 
 /// Overhead of the LSM-sensitive benchmarks as custom rules grow (S4-N).
@@ -680,7 +855,11 @@ fn plot_scaling(path: &Path, kernels: &[Kernel]) -> anyhow::Result<()> {
     const BENCHES: [&str; 3] = ["open_close", "stat", "exec"];
     let root = BitMapBackend::new(path, (1100, 600)).into_drawing_area();
     root.fill(&WHITE)?;
-    let series: Vec<(String, Vec<(f64, f64)>)> = kernels
+    let caption = format!(
+        "Overhead against S0 as custom rules grow (built-in rules + N; {})",
+        kernels.first().map_or("", Kernel::clock_note)
+    );
+    let series: Vec<Series<f64>> = kernels
         .iter()
         .flat_map(|kernel| {
             BENCHES.iter().map(move |bench| {
@@ -695,109 +874,93 @@ fn plot_scaling(path: &Path, kernels: &[Kernel]) -> anyhow::Result<()> {
                 (format!("Linux {} {bench}", kernel.label), points)
             })
         })
+        .filter(|(_, points): &Series<f64>| !points.is_empty())
         .collect();
-    let high = series
-        .iter()
-        .flat_map(|(_, points)| points.iter().map(|(_, y)| *y))
-        .fold(1.0f64, f64::max);
-    let low = series
-        .iter()
-        .flat_map(|(_, points)| points.iter().map(|(_, y)| *y))
-        .fold(0.0f64, f64::min);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "Overhead against S0 as custom rules grow (built-in rules + N)",
-            ("sans-serif", 22),
-        )
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(
+    if series.is_empty() {
+        no_data(&root, &caption)?;
+    } else {
+        let values = series
+            .iter()
+            .flat_map(|(_, points)| points.iter().map(|(_, y)| *y));
+        let mut chart = chart_on(&root, &caption, 70).build_cartesian_2d(
             (0.5f64..20_000f64).log_scale(),
-            (low - 2.0)..(high * 1.2 + 2.0),
+            legend_room(span(values, true), series.len()),
         )?;
-    chart
-        .configure_mesh()
-        .x_desc("custom rules (log)")
-        .y_desc("% over S0")
-        .draw()?;
-    for (index, (label, points)) in series.into_iter().enumerate() {
-        let color = PALETTE[index % PALETTE.len()];
         chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            .configure_mesh()
+            .x_label_formatter(&tick)
+            .y_label_formatter(&|y| format!("{}%", tick(y)))
+            .x_desc("custom rules (log scale)")
+            .y_desc("overhead against S0")
+            .label_style(TEXT)
+            .axis_desc_style(TEXT)
+            .draw()?;
+        for (index, (label, points)) in series.into_iter().enumerate() {
+            line(&mut chart, points, color(index), label)?;
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
     root.present()?;
     Ok(())
 }
 
-/// Instructions per run of each program in the floor, S1 and S4-64 states.
+/// ns per run of the most run programs in S4-64, next to S1 and the empty program (floor).
 fn plot_hooks(path: &Path, kernels: &[Kernel]) -> anyhow::Result<()> {
     const SHOWN: [&str; 3] = ["floor", "S1", "S4-64"];
-    for (panel, kernel) in panels(path, kernels, 520)?.iter().zip(kernels) {
-        let mut programs: Vec<&str> = kernel
-            .run
-            .hooks
+    /// Rows per program: a bar per state and a gap.
+    const STRIDE: usize = SHOWN.len() + 1;
+    const TOP: usize = 12;
+    per_kernel(path, kernels, 560, |panel, kernel| {
+        let caption = format!(
+            "Linux {}: ns per program run, most run programs in S4-64 ({})",
+            kernel.label,
+            kernel.clock_note()
+        );
+        let hooks = &kernel.run.hooks;
+        let mut top: Vec<_> = hooks.iter().filter(|cost| cost.state == "S4-64").collect();
+        top.sort_by_key(|cost| Reverse(cost.runs));
+        top.truncate(TOP);
+        if top.is_empty() {
+            return no_data(panel, &caption);
+        }
+        // The most run program at the top.
+        let labels: Vec<String> = top
             .iter()
-            .filter(|cost| cost.state == "S4-64")
-            .map(|cost| cost.program.as_str())
+            .rev()
+            .flat_map(|cost| {
+                let mut rows = vec![String::new(); STRIDE];
+                rows[STRIDE / 2] = format!("{} ({} runs)", cost.program, cost.runs);
+                rows
+            })
             .collect();
-        programs.dedup();
         let cost = |state: &str, program: &str| {
-            kernel
-                .run
-                .hooks
+            hooks
                 .iter()
                 .find(|cost| cost.state == state && cost.program == program)
                 .map(|cost| cost.ns_per_run)
         };
-        let high = programs
+        let values = top
             .iter()
-            .flat_map(|program| SHOWN.iter().filter_map(|state| cost(state, program)))
-            .fold(1.0f64, f64::max);
-        let mut chart = ChartBuilder::on(panel)
-            .caption(
-                format!(
-                    "Linux {}: ns per program run ({})",
-                    kernel.label,
-                    kernel.clock_note()
-                ),
-                ("sans-serif", 22),
-            )
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(150)
-            .build_cartesian_2d(
-                0.0..high * 1.1,
-                (0..programs.len() * SHOWN.len()).into_segmented(),
-            )?;
+            .flat_map(|top| SHOWN.iter().filter_map(|state| cost(state, &top.program)));
+        let mut chart = chart_on(panel, &caption, 260)
+            .build_cartesian_2d(span(values, true), (0..labels.len()).into_segmented())?;
         chart
             .configure_mesh()
-            .y_labels(programs.len() * SHOWN.len())
-            .y_label_formatter(&|y| match y {
-                SegmentValue::CenterOf(index) if index % SHOWN.len() == 1 => programs
-                    .get(index / SHOWN.len())
-                    .map(|program| (*program).to_owned())
-                    .unwrap_or_default(),
-                _ => String::new(),
-            })
-            .x_desc("ns (instructions) per run")
+            .disable_y_mesh()
+            .y_labels(labels.len())
+            .y_label_formatter(&|y| segment(&labels, y))
+            .x_label_formatter(&tick)
+            .x_desc("ns per run")
+            .label_style(TEXT)
+            .axis_desc_style(TEXT)
             .draw()?;
         for (offset, state) in SHOWN.iter().enumerate() {
-            let color = PALETTE[offset];
+            let color = color(offset);
             chart
-                .draw_series(programs.iter().enumerate().filter_map(|(index, program)| {
-                    let value = cost(state, program)?;
-                    let row = index * SHOWN.len() + offset;
+                .draw_series(top.iter().rev().enumerate().filter_map(|(index, top)| {
+                    let value = cost(state, &top.program)?;
+                    // The first state on top.
+                    let row = index * STRIDE + SHOWN.len() - offset;
                     Some(Rectangle::new(
                         [
                             (0.0, SegmentValue::Exact(row)),
@@ -811,215 +974,149 @@ fn plot_hooks(path: &Path, kernels: &[Kernel]) -> anyhow::Result<()> {
                     Rectangle::new([(x, y - 5), (x + 15, y + 5)], color.filled())
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-    }
-    Ok(())
+        legend(&mut chart, SeriesLabelPosition::LowerRight)
+    })
 }
 
 /// Agent RSS and BPF map memory against cgroups, a line per policy count.
 fn plot_footprint(path: &Path, kernels: &[Kernel]) -> anyhow::Result<()> {
-    for (panel, kernel) in panels(path, kernels, 480)?.iter().zip(kernels) {
+    per_kernel(path, kernels, 480, |panel, kernel| {
+        let caption = format!("Linux {}: agent memory by cgroups protected", kernel.label);
         let rows = &kernel.run.footprint;
-        let high = rows
+        let Some(most) = rows.iter().map(|row| row.cgroups).max() else {
+            return no_data(panel, &caption);
+        };
+        let fewest = rows.iter().map(|row| row.cgroups).min().unwrap_or(1).max(1);
+        let most = most.max(fewest);
+        let policies = first_seen(rows.iter().map(|row| &row.policies));
+        let values = rows
             .iter()
-            .map(|row| row.rss_bytes.max(row.map_bytes) as f64 / MIB)
-            .fold(1.0f64, f64::max);
-        let mut chart = ChartBuilder::on(panel)
-            .caption(
-                format!("Linux {}: agent memory by cgroups protected", kernel.label),
-                ("sans-serif", 22),
-            )
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d((0.8f64..1500f64).log_scale(), 0.0..high * 1.2)?;
+            .flat_map(|row| [mib(row.rss_bytes), mib(row.map_bytes)]);
+        let mut chart = chart_on(panel, &caption, 70).build_cartesian_2d(
+            (fewest as f64 * 0.7..most as f64 * 1.5).log_scale(),
+            legend_room(span(values, true), 2 * policies.len()),
+        )?;
         chart
             .configure_mesh()
-            .x_desc("cgroups (log)")
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
+            .x_desc("cgroups with a process each (log scale)")
             .y_desc("MiB")
+            .label_style(TEXT)
+            .axis_desc_style(TEXT)
             .draw()?;
-        let mut policies: Vec<usize> = rows.iter().map(|row| row.policies).collect();
-        policies.dedup();
-        for (index, count) in policies.iter().enumerate() {
-            for (kind, pick, dashed) in [
-                (
-                    "RSS",
-                    (|row: &palisade_benchmarks::kernel::Footprint| row.rss_bytes) as fn(&_) -> u64,
-                    false,
-                ),
-                (
-                    "BPF maps",
-                    |row: &palisade_benchmarks::kernel::Footprint| row.map_bytes,
-                    true,
-                ),
-            ] {
-                let color = PALETTE[(index * 2 + usize::from(dashed)) % PALETTE.len()];
-                let points: Vec<(f64, f64)> = rows
+        let kinds: [Measure<Footprint>; 2] = [
+            ("agent RSS", |row| row.rss_bytes),
+            ("BPF maps", |row| row.map_bytes),
+        ];
+        for (kind_index, (kind, pick)) in kinds.into_iter().enumerate() {
+            for (index, count) in policies.iter().enumerate() {
+                let mut points: Vec<(f64, f64)> = rows
                     .iter()
-                    .filter(|row| row.policies == *count)
-                    .map(|row| (row.cgroups as f64, pick(row) as f64 / MIB))
+                    .filter(|row| row.policies == *count && row.cgroups > 0)
+                    .map(|row| (row.cgroups as f64, mib(pick(row))))
                     .collect();
-                chart.draw_series(
-                    points
-                        .iter()
-                        .map(|point| Circle::new(*point, 4, color.filled())),
+                points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let plural = if *count == 1 { "policy" } else { "policies" };
+                let label = format!("{kind}, {count} {plural}");
+                line(
+                    &mut chart,
+                    points,
+                    color(kind_index * policies.len() + index),
+                    label,
                 )?;
-                chart
-                    .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-                    .label(format!("{kind}, {count} policies"))
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                    });
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-    }
-    Ok(())
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    })
 }
 
-/// Events written and dropped per second against the offered rate.
+/// Events produced, written and dropped per second against the offered rate.
 fn plot_throughput(path: &Path, kernels: &[Kernel]) -> anyhow::Result<()> {
-    for (panel, kernel) in panels(path, kernels, 480)?.iter().zip(kernels) {
-        let rows = &kernel.run.throughput;
+    per_kernel(path, kernels, 480, |panel, kernel| {
+        let caption = format!(
+            "Linux {}: audit events per second by offered violations ({})",
+            kernel.label,
+            kernel.clock_note()
+        );
+        let rows = throughput_rows(kernel);
+        if rows.is_empty() {
+            return no_data(panel, &caption);
+        }
         let labels: Vec<String> = rows
             .iter()
             .map(|row| rate_label(row.offered_per_second))
             .collect();
-        let per_second = |count: u64, seconds: f64| count as f64 / seconds;
-        let high = rows
-            .iter()
-            .map(|row| per_second(row.produced, row.seconds))
-            .fold(1.0f64, f64::max);
-        let mut chart = ChartBuilder::on(panel)
-            .caption(
-                format!(
-                    "Linux {}: audit events per second by offered violations ({})",
-                    kernel.label,
-                    kernel.clock_note()
-                ),
-                ("sans-serif", 22),
-            )
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(70)
-            .build_cartesian_2d((0..rows.len()).into_segmented(), 0.0..high * 1.1)?;
+        let kinds: [Measure<ThroughputSample>; 3] = [
+            ("produced", |row| row.produced),
+            ("written", |row| row.written),
+            ("dropped", |row| row.dropped),
+        ];
+        let values = rows.iter().flat_map(|row| {
+            kinds
+                .iter()
+                .filter_map(|(_, pick)| per_second(pick(row), row))
+        });
+        let mut chart = chart_on(panel, &caption, 90).build_cartesian_2d(
+            categories(rows.len()),
+            legend_room(span(values, true), kinds.len()),
+        )?;
         chart
             .configure_mesh()
             .x_labels(rows.len())
-            .x_label_formatter(&|x| match x {
-                SegmentValue::CenterOf(index) => labels.get(*index).cloned().unwrap_or_default(),
-                _ => String::new(),
-            })
-            .x_desc("offered violations per second")
-            .y_desc("per second")
+            .x_label_formatter(&|x| segment(&labels, x))
+            .y_label_formatter(&tick)
+            .x_desc("offered violations per second (max: as fast as the generator can)")
+            .y_desc("events per second")
+            .label_style(TEXT)
+            .axis_desc_style(TEXT)
             .draw()?;
-        for (index, (name, pick)) in [
-            (
-                "produced",
-                (|row: &palisade_benchmarks::kernel::ThroughputSample| row.produced)
-                    as fn(&_) -> u64,
-            ),
-            (
-                "written",
-                |row: &palisade_benchmarks::kernel::ThroughputSample| row.written,
-            ),
-            (
-                "dropped",
-                |row: &palisade_benchmarks::kernel::ThroughputSample| row.dropped,
-            ),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let color = PALETTE[index];
-            let points: Vec<(SegmentValue<usize>, f64)> = rows
+        for (index, (name, pick)) in kinds.into_iter().enumerate() {
+            let points = rows
                 .iter()
                 .enumerate()
-                .map(|(at, row)| {
-                    (
-                        SegmentValue::CenterOf(at),
-                        per_second(pick(row), row.seconds),
-                    )
+                .filter_map(|(at, row)| {
+                    Some((SegmentValue::CenterOf(at), per_second(pick(row), row)?))
                 })
                 .collect();
-            chart.draw_series(
-                points
-                    .iter()
-                    .map(|point| Circle::new(point.clone(), 4, color.filled())),
-            )?;
-            chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-                .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
+            line(&mut chart, points, color(index), name)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-    }
-    Ok(())
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
+    })
 }
 
 /// The distribution of apply latencies: share of trials done by each time.
 fn plot_latency(path: &Path, kernels: &[Kernel]) -> anyhow::Result<()> {
-    for (panel, kernel) in panels(path, kernels, 420)?.iter().zip(kernels) {
-        let (enforce, lift) = latencies(kernel);
-        let high = enforce.iter().chain(&lift).copied().fold(1.0f64, f64::max);
-        let mut chart = ChartBuilder::on(panel)
-            .caption(
-                format!(
-                    "Linux {}: policy file change to the kernel's answer ({})",
-                    kernel.label,
-                    kernel.clock_note()
-                ),
-                ("sans-serif", 22),
-            )
-            .margin(15)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .build_cartesian_2d(0.0..high * 1.05, 0.0..1.0)?;
+    per_kernel(path, kernels, 420, |panel, kernel| {
+        let caption = format!(
+            "Linux {}: policy file change to the kernel's answer ({})",
+            kernel.label,
+            kernel.clock_note()
+        );
+        let series = latencies(kernel);
+        if series.iter().all(|(_, values)| values.is_empty()) {
+            return no_data(panel, &caption);
+        }
+        let values = series.iter().flat_map(|(_, values)| values.iter().copied());
+        let mut chart =
+            chart_on(panel, &caption, 70).build_cartesian_2d(span(values, false), 0.0..1.05)?;
         chart
             .configure_mesh()
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
             .x_desc("milliseconds")
-            .y_desc("share of trials")
+            .y_desc("share of trials done")
+            .label_style(TEXT)
+            .axis_desc_style(TEXT)
             .draw()?;
-        for (index, (name, values)) in [("enforce", &enforce), ("lift", &lift)]
-            .into_iter()
-            .enumerate()
-        {
-            let color = PALETTE[index];
-            let points: Vec<(f64, f64)> = values
+        for (index, (name, values)) in series.iter().enumerate() {
+            let points = values
                 .iter()
                 .enumerate()
                 .map(|(at, value)| (*value, (at + 1) as f64 / values.len() as f64))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
-                .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
+            line(&mut chart, points, color(index), *name)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()?;
-    }
-    Ok(())
+        legend(&mut chart, SeriesLabelPosition::LowerRight)
+    })
 }
