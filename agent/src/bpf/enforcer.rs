@@ -633,6 +633,16 @@ impl Enforcer {
         if level as usize >= self.targets_per_level.len() {
             return Err(StageError::TooDeep);
         }
+        let staged = (parent.id, name.to_owned());
+        // The same policy again changes nothing. Restaging it would retire the entries a cgroup
+        // created meanwhile was armed with, leaving it unprotected.
+        if self
+            .staged
+            .get(&staged)
+            .is_some_and(|current| Arc::ptr_eq(&current.policy, &policy))
+        {
+            return Ok(());
+        }
         let policy_id = self.allocate_policy_id();
         if let Err(err) = self.write_entries(policy_id, &policy) {
             self.delete_entries(policy_id, &policy);
@@ -650,7 +660,6 @@ impl Enforcer {
                 target: future,
             }),
         );
-        let staged = (parent.id, name.to_owned());
         let is_new = !self.staged.contains_key(&staged);
         if is_new {
             // Probe the level before the cgroup can exist.
