@@ -3,7 +3,7 @@
 //! guest time per operation (executed instructions when the VM counts them).
 
 use std::{
-    ffi::CString,
+    ffi::{CStr, CString},
     io,
     net::{TcpListener, TcpStream},
 };
@@ -47,6 +47,28 @@ fn check(result: libc::c_int, what: &str) -> anyhow::Result<libc::c_int> {
         bail!("{what}: {}", io::Error::last_os_error());
     }
     Ok(result)
+}
+
+/// What opening a file for reading answered.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opened {
+    Ok,
+    Refused,
+    Failed,
+}
+
+/// Opens `path` for reading and closes it at once.
+fn open_close(path: &CStr) -> Opened {
+    // SAFETY: a valid path; the descriptor is closed at once.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
+    if fd >= 0 {
+        unsafe { libc::close(fd) };
+        Opened::Ok
+    } else if io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
+        Opened::Refused
+    } else {
+        Opened::Failed
+    }
 }
 
 fn c_path(path: &str) -> CString {
@@ -186,13 +208,7 @@ pub fn run(bench: &str, ops: u64, denied: bool) -> anyhow::Result<f64> {
             let path = c_path(DENIED);
             started = now_ns();
             for _ in 0..ops {
-                // SAFETY: a valid path; the descriptor is closed at once.
-                let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
-                if fd >= 0 {
-                    unsafe { libc::close(fd) };
-                }
-                let refused =
-                    fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+                let refused = open_close(&path) == Opened::Refused;
                 ensure!(
                     refused == denied,
                     "open_denied: {}",
@@ -226,11 +242,7 @@ pub fn generate(path: &str, rate: u64, seconds: f64) -> anyhow::Result<(u64, u64
                 continue;
             }
         }
-        // SAFETY: a valid path; the descriptor is closed at once.
-        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
-        if fd >= 0 {
-            unsafe { libc::close(fd) };
-        } else if io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
+        if open_close(&path) == Opened::Refused {
             refused += 1;
         }
         attempts += 1;
@@ -261,15 +273,10 @@ pub fn probe(path: &str) -> anyhow::Result<()> {
     let mut last = None;
     let mut out = io::stdout().lock();
     loop {
-        // SAFETY: a valid path; the descriptor is closed at once.
-        let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
-        let answer = if fd >= 0 {
-            unsafe { libc::close(fd) };
-            "ok"
-        } else if io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
-            "eperm"
-        } else {
-            "error"
+        let answer = match open_close(&path) {
+            Opened::Ok => "ok",
+            Opened::Refused => "eperm",
+            Opened::Failed => "error",
         };
         if last != Some(answer) {
             writeln!(out, "{} {answer}", now_ns())?;

@@ -13,7 +13,7 @@ use palisade_benchmarks::kernel::{ApplySample, Footprint, KernelRun, ThroughputS
 
 use super::{
     Settings, micro,
-    states::{enhance_protect, policy_file},
+    states::{enhance_protect, file_rule, policy_file},
     system::{
         Agent, Cgroups, POLICY_DIR, bench_command, clear_policies, in_cgroup, now_ns,
         process_usage, wait_for, write_atomically,
@@ -134,12 +134,7 @@ pub fn apply_latency(
         policy_file(
             "latency",
             super::system::TARGET,
-            &enhance_protect(
-                1,
-                &format!(
-                    "      - name: latency\n        paths: [{paths}]\n        permissions: [read]\n        action: deny\n"
-                ),
-            ),
+            &enhance_protect(1, &file_rule("latency", paths, "read", "deny")),
         )
     };
     let (denying, allowing) = (deny(LATENCY_FILE), deny("/tmp/bench/latency/other"));

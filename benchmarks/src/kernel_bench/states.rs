@@ -38,8 +38,15 @@ pub fn policy_file(name: &str, cgroup_path: &str, spec: &str) -> String {
     )
 }
 
+/// One `customRules.files` item (YAML, indented by six spaces).
+pub fn file_rule(name: &str, path: &str, permissions: &str, action: &str) -> String {
+    format!(
+        "      - name: {name}\n        paths: [{path}]\n        permissions: [{permissions}]\n        action: {action}\n"
+    )
+}
+
 /// EnhanceProtect with every built-in rule but LEFT_OUT, `custom` file rules on paths nothing
-/// opens, and `extra` file rules (YAML list items indented by six spaces).
+/// opens, and `extra` file rules (`file_rule` items).
 pub fn enhance_protect(custom: usize, extra: &str) -> String {
     let mut spec =
         String::from("  mode: EnhanceProtect\n  enhanceProtect:\n    auditViolations: true\n");
@@ -53,8 +60,11 @@ pub fn enhance_protect(custom: usize, extra: &str) -> String {
     }
     spec += "    customRules:\n      files:\n";
     for index in 0..custom {
-        spec += &format!(
-            "      - name: rule-{index}\n        paths: [/srv/bench/rule-{index}/]\n        permissions: [read, write]\n        action: deny\n"
+        spec += &file_rule(
+            &format!("rule-{index}"),
+            &format!("/srv/bench/rule-{index}/"),
+            "read, write",
+            "deny",
         );
     }
     spec + extra
@@ -65,19 +75,8 @@ fn state_policy(state: &str) -> Option<String> {
     let spec = match state {
         "S2" => "  mode: AlwaysAllow\n".to_owned(),
         "S3" => "  mode: RuntimeDefault\n".to_owned(),
-        "S5" => enhance_protect(
-            1,
-            &format!(
-                "      - name: denied\n        paths: [{}]\n        permissions: [read]\n        action: deny\n",
-                micro::DENIED
-            ),
-        ),
-        "S6" => enhance_protect(
-            1,
-            &format!(
-                "      - name: audited\n        paths: [{AUDITED}]\n        permissions: [read]\n        action: audit\n"
-            ),
-        ),
+        "S5" => enhance_protect(1, &file_rule("denied", micro::DENIED, "read", "deny")),
+        "S6" => enhance_protect(1, &file_rule("audited", AUDITED, "read", "audit")),
         state => enhance_protect(state.strip_prefix("S4-")?.parse().ok()?, ""),
     };
     Some(policy_file("bench", TARGET, &spec))
@@ -234,4 +233,38 @@ pub fn hook_costs(
         agent.stop()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_policy_compiles() {
+        let with_policy: Vec<&str> = STATES
+            .iter()
+            .map(|(state, _)| *state)
+            .filter(|state| {
+                let Some(text) = state_policy(state) else {
+                    return false;
+                };
+                use palisade_agent::policy::{Environment, Policy, compile};
+                let file = std::path::Path::new("bench.yaml");
+                let environment = Environment {
+                    kube_apiserver: vec!["10.96.0.1".to_owned()],
+                    node: "bench".to_owned(),
+                };
+                Policy::parse(file, &text)
+                    .and_then(|policy| compile(file, &policy, &environment, &[]))
+                    .unwrap_or_else(|err| panic!("{state}: {err}"));
+                true
+            })
+            .collect();
+        assert_eq!(
+            with_policy,
+            [
+                "S2", "S3", "S4-1", "S4-8", "S4-64", "S4-1024", "S4-10000", "S5", "S6"
+            ]
+        );
+    }
 }

@@ -7,6 +7,7 @@ use std::{
 };
 
 use anyhow::Context;
+use palisade_agent::targets::Cgroup;
 use palisade_benchmarks::kernel::WorkloadSample;
 
 use super::{
@@ -73,17 +74,11 @@ impl Drop for Server {
     }
 }
 
-fn client(cgroups: &Cgroups, program: &str, args: &[&str]) -> anyhow::Result<String> {
+/// Runs `program` to completion inside `cgroup`; its standard output.
+fn run_in(cgroup: &Cgroup, program: &str, args: &[&str]) -> anyhow::Result<String> {
     let mut command = Command::new(program);
     command.args(args);
-    in_cgroup(&mut command, &cgroups.client);
-    output(&mut command)
-}
-
-fn in_target(cgroups: &Cgroups, program: &str, args: &[&str]) -> anyhow::Result<String> {
-    let mut command = Command::new(program);
-    command.args(args);
-    in_cgroup(&mut command, &cgroups.target);
+    in_cgroup(&mut command, cgroup);
     output(&mut command)
 }
 
@@ -135,8 +130,8 @@ pub fn run(
             6379,
         )?;
         let requests = settings.ops(20_000).to_string();
-        let text = client(
-            cgroups,
+        let text = run_in(
+            &cgroups.client,
             "redis-benchmark",
             &[
                 "-p", "6379", "-n", &requests, "-c", "10", "-t", "set,get", "--csv",
@@ -167,8 +162,8 @@ pub fn run(
             ],
             8080,
         )?;
-        let text = client(
-            cgroups,
+        let text = run_in(
+            &cgroups.client,
             "wrk",
             &["-t", "1", "-c", "10", "-d", "1s", "http://127.0.0.1:8080/"],
         )?;
@@ -179,8 +174,8 @@ pub fn run(
         ));
     }
     let events = settings.ops(2_000).to_string();
-    let text = in_target(
-        cgroups,
+    let text = run_in(
+        &cgroups.target,
         "sysbench",
         &[
             "cpu",
@@ -196,7 +191,11 @@ pub fn run(
         "events/s",
     ));
     let total = format!("--memory-total-size={}M", settings.ops(256));
-    let text = in_target(cgroups, "sysbench", &["memory", "--time=0", &total, "run"])?;
+    let text = run_in(
+        &cgroups.target,
+        "sysbench",
+        &["memory", "--time=0", &total, "run"],
+    )?;
     samples.push(sample(
         "sysbench memory",
         number_after(&text, "MiB transferred")?,
