@@ -41,11 +41,17 @@ struct file_system_type {
 
 struct block_device;
 
+struct list_head {
+	struct list_head *next;
+	struct list_head *prev;
+};
+
 struct super_block {
 	__u32 s_dev;
 	unsigned long s_magic;
 	struct file_system_type *s_type;
 	struct block_device *s_bdev;
+	struct list_head s_mounts;
 };
 
 struct inode {
@@ -72,11 +78,19 @@ struct vfsmount {
 	struct super_block *mnt_sb;
 };
 
+struct mnt_namespace;
+
 /* The mount a vfsmount is embedded in (fs/mount.h). */
 struct mount {
 	struct mount *mnt_parent;
 	struct dentry *mnt_mountpoint;
 	struct vfsmount mnt;
+	struct list_head mnt_instance; /* in the super block's s_mounts */
+	struct mnt_namespace *mnt_ns;
+};
+
+struct nsproxy {
+	struct mnt_namespace *mnt_ns;
 };
 
 struct path {
@@ -160,6 +174,7 @@ struct linux_binprm {
 struct task_struct {
 	int tgid;
 	struct fs_struct *fs;
+	struct nsproxy *nsproxy;
 	struct css_set *cgroups;
 };
 
@@ -175,6 +190,7 @@ struct task_struct {
 #define KERNFS_TYPE_MASK 0x000f
 #define KERNFS_DIR 0x0001
 #define NAME_MAX 255
+#define MAX_ERRNO 4095
 #define AF_UNIX 1
 #define AF_INET 2
 #define AF_INET6 10

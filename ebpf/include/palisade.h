@@ -73,6 +73,9 @@ typedef uint64_t __u64;
 
 /* The rule id of the built-in protection of the process that loaded the programs. */
 #define PALISADE_RULE_SELF_PROTECTION 0xffffffffu
+/* The rule id of the refusal of a file no path names (cut off from the mount it was opened
+ * through), for a target whose policy has path rules. */
+#define PALISADE_RULE_PATH_OUTSIDE_MOUNT 0xfffffffeu
 
 /* Indices of the per-CPU statistics array. */
 #define PALISADE_STAT_EVENTS 0         /* events submitted to the ring buffer */

@@ -6,6 +6,8 @@
 #include "palisade.h"
 
 #define PATH_BUF_LEN 4096 /* PATH_MAX: bpf_d_path fails on anything longer */
+/* Depth of a file, at most, that a file cut off from its mount can be placed at. */
+#define PLACE_MAX_DEPTH 64
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -149,6 +151,8 @@ struct scratch {
 	/* Paths built backwards by path_walk.h: room for a name of NAME_MAX bytes written at any
 	 * offset below PATH_BUF_LEN. */
 	char walk[PATH_BUF_LEN + NAME_MAX + 1];
+	/* A file's dentry and its parents, while path_walk.h looks for a mount that holds it. */
+	__u64 ancestors[PLACE_MAX_DEPTH];
 	struct palisade_trie_key key;
 };
 

@@ -7,7 +7,7 @@
  * busybox is a shell when started as /bin/sh. (mprotect to PROT_EXEC is not covered: bpf_d_path
  * is not allowed in file_mprotect.)
  */
-#include "path_match.h"
+#include "path_walk.h"
 
 /* Decides an exec by the absolute name the caller used. */
 static __always_inline int check_exec_name(struct linux_binprm *bprm)

@@ -116,10 +116,7 @@ int BPF_PROG(path_chmod, const struct path *path, unsigned short mode, int ret)
 		consider(&d, subject.policy->chmod_setid_bits.action,
 			 subject.policy->chmod_setid_bits.rule_id);
 	long len = walk_path(s, path->dentry, path->mnt);
-	if (resolved(len))
-		match_path(subject.target, s, len, PALISADE_PERM_WRITE, &d);
-	else
-		s->path[0] = 0;
+	match_resolved(&subject, s, len, PALISADE_PERM_WRITE, &d);
 	protect_files(&d, path->dentry, PALISADE_PERM_WRITE);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;

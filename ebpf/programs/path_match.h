@@ -75,14 +75,41 @@ static __always_inline int has_paths(const struct subject *subject)
 	return subject->policy->lookups & PALISADE_LOOKUP_PATHS;
 }
 
-/* Whether `len`, as returned by a path resolver, is a usable path length; counts it if not. */
-static __always_inline int resolved(long len)
+/*
+ * What a path resolver answers for a file that no path names: cut off from the mount it was
+ * opened through (its parents end at a root dentry that is not the mount's root: a file handle
+ * decoded outside the subtree of the handle's mount, or to a disconnected dentry), and held by no
+ * other mount of the task's. No path rule can be known not to apply to it.
+ */
+#define PATH_OUTSIDE_MOUNT (-2)
+
+/* The refusal of such a file to a target whose policy has path rules: denied and reported. */
+static const struct palisade_verdict path_outside_mount = {
+	.action = PALISADE_ACTION_DENY | PALISADE_ACTION_AUDIT,
+	.rule_id = PALISADE_RULE_PATH_OUTSIDE_MOUNT,
+};
+
+/*
+ * Decides `perms` by the subject's path rules on what a path resolver answered: a path of `len`
+ * bytes with its NUL in s->path, PATH_OUTSIDE_MOUNT, or another error (a path too long or too
+ * deep: allowed and counted). s->path is left empty when there is no path to report.
+ */
+static __always_inline void match_resolved(const struct subject *subject, struct scratch *s,
+					   long len, __u32 perms, struct palisade_verdict *d)
 {
-	if (len <= 0 || len > PATH_BUF_LEN) {
-		stat_inc(PALISADE_STAT_UNDECIDED);
-		return 0;
+	if (len == PATH_OUTSIDE_MOUNT) {
+		s->path[0] = 0;
+		if (has_paths(subject))
+			consider(d, path_outside_mount.action, path_outside_mount.rule_id);
+		return;
 	}
-	return 1;
+	if (len <= 0 || len > PATH_BUF_LEN) {
+		s->path[0] = 0;
+		stat_inc(PALISADE_STAT_UNDECIDED);
+		return;
+	}
+	if (has_paths(subject))
+		match_path(subject->target, s, len, perms, d);
 }
 
 /* Reports a path decision (the path is in s->path) and returns its error. */
@@ -104,38 +131,6 @@ static __always_inline int decide_path(const struct palisade_verdict *d,
 		submit_event(e);
 	}
 	return verdict_error(d);
-}
-
-/* The body of the hooks on an open file (open, exec, mmap): find the target, match, decide. */
-static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms)
-{
-	if (!perms)
-		return 0;
-	SUBJECT(subject, hook);
-	struct scratch *s = find_path_subject(&subject);
-	if (!s)
-		return 0;
-	/* What needs no path first: then the path is resolved for path rules, or to report. */
-	struct palisade_verdict by_file = {};
-	protect_files(&by_file, file->f_path.dentry, perms);
-	/* A block device is one whatever its path: matched by the inode's type. */
-	struct inode *inode = file->f_inode;
-	if ((perms & (PALISADE_PERM_READ | PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) &&
-	    (BPF_CORE_READ(inode, i_mode) & S_IFMT) == S_IFBLK)
-		consider(&by_file, subject.policy->block_device_open.action,
-			 subject.policy->block_device_open.rule_id);
-	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE)
-		return 0;
-	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);
-	if (!resolved(len))
-		return 0;
-	struct palisade_verdict d = {};
-	if (has_paths(&subject))
-		match_path(subject.target, s, len, perms, &d);
-	consider(&d, by_file.action, by_file.rule_id);
-	if (d.action == PALISADE_ACTION_NONE)
-		return 0;
-	return decide_path(&d, &subject, s, inode, perms, 0);
 }
 
 #endif

@@ -5,6 +5,11 @@
  * the way d_path builds it: from the dentry up through its parents and the mounts above, to the
  * task's root. The result is what bpf_d_path gives the file hooks, so one set of rules serves
  * both.
+ *
+ * A file can also be reached without a path: open_by_handle_at decodes a handle into a dentry of
+ * the handle mount's file system that may lie outside that mount's subtree. Such a file is placed
+ * under another mount of its file system, in the task's mount namespace, that holds it; the path
+ * there is the one a lookup of the file would give. A file no such mount holds has no path.
  */
 #ifndef PALISADE_PATH_WALK_H
 #define PALISADE_PATH_WALK_H
@@ -22,11 +27,19 @@ struct walk {
 	__u64 root_vfsmnt;
 	__u32 pos; /* the path built so far starts at s->walk[pos] and ends at PATH_BUF_LEN */
 	__u32 done;
+	__u32 outside_mount; /* the parents ended at a root dentry that is not the mount's root */
 };
 
 static __always_inline __u64 real_mount(__u64 vfsmnt)
 {
 	return vfsmnt - bpf_core_field_offset(struct mount, mnt);
+}
+
+/* Whether a mount is the kernel's own (kern_mount: pipes, sockets, memfd), in no namespace. */
+static __always_inline int internal_mount(__u64 vfsmnt)
+{
+	__u64 ns = (__u64)BPF_CORE_READ((struct mount *)real_mount(vfsmnt), mnt_ns);
+	return !ns || ns >= (__u64)-MAX_ERRNO; /* NULL, or MNT_NS_INTERNAL: ERR_PTR(-EINVAL) */
 }
 
 /* One step: prepend the current component, or cross to the mount above, or stop. */
@@ -56,7 +69,12 @@ static long walk_step(__u32 index, void *ctx)
 	}
 	struct dentry *parent = BPF_CORE_READ(dentry, d_parent);
 	if (parent == dentry) {
-		w->done = 1;
+		/* A root dentry that is not its mount's root: the file of a kernel-internal mount
+		 * (memfd, pipe, socket) has no path, any other file is cut off from the mount. */
+		if (internal_mount(w->vfsmnt))
+			w->done = 1;
+		else
+			w->outside_mount = 1;
 		return 1;
 	}
 	__u32 len = BPF_CORE_READ(dentry, d_name.len);
@@ -73,9 +91,10 @@ static long walk_step(__u32 index, void *ctx)
 
 /*
  * Builds the path of `dentry` on the mount `vfsmnt` into s->path, as seen from the current
- * task's root. Returns its length with the NUL, or a value `resolved` rejects.
+ * task's root (or from the top of the mount tree, for a file outside that root, as d_path does).
+ * Returns its length with the NUL, PATH_OUTSIDE_MOUNT, or another negative value.
  */
-static __always_inline long walk_path(struct scratch *s, struct dentry *dentry,
+static __always_inline long walk_from(struct scratch *s, struct dentry *dentry,
 				      struct vfsmount *vfsmnt)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
@@ -87,9 +106,12 @@ static __always_inline long walk_path(struct scratch *s, struct dentry *dentry,
 		.root_vfsmnt = (__u64)BPF_CORE_READ(task, fs, root.mnt),
 		.pos = PATH_BUF_LEN - 1,
 		.done = 0,
+		.outside_mount = 0,
 	};
 	s->walk[PATH_BUF_LEN - 1] = 0;
 	bpf_loop(WALK_MAX_STEPS, walk_step, &w, 0);
+	if (w.outside_mount)
+		return PATH_OUTSIDE_MOUNT;
 	if (!w.done)
 		return -1;
 	if (w.pos == PATH_BUF_LEN - 1) {
@@ -107,6 +129,119 @@ static __always_inline long walk_path(struct scratch *s, struct dentry *dentry,
 	return len;
 }
 
+/* Mounts of one file system looked at, at most, to place a file cut off from its mount. */
+#define PLACE_MAX_MOUNTS 256
+
+struct place {
+	struct scratch *s;
+	__u64 node;   /* the mnt_instance list node of the mount last looked at */
+	__u64 head;   /* the super block's s_mounts */
+	__u64 mnt_ns; /* the task's mount namespace */
+	__u32 depth;  /* entries of s->ancestors */
+	__u32 full;   /* the root dentry was reached within PLACE_MAX_DEPTH */
+	__u64 dentry; /* the next parent to record */
+	__u64 found;  /* the vfsmount that holds the file, or 0 */
+};
+
+static long ancestor_step(__u32 index, void *ctx)
+{
+	struct place *p = ctx;
+	struct scratch *s = p->s;
+	if (!s)
+		return 1;
+	struct dentry *dentry = (struct dentry *)p->dentry;
+	/* bpf_loop runs this PLACE_MAX_DEPTH times at most: the mask is for the verifier. */
+	s->ancestors[index & (PLACE_MAX_DEPTH - 1)] = p->dentry;
+	p->depth = index + 1;
+	struct dentry *parent = BPF_CORE_READ(dentry, d_parent);
+	if (parent == dentry) {
+		p->full = 1;
+		return 1;
+	}
+	p->dentry = (__u64)parent;
+	return 0;
+}
+
+static long mount_step(__u32 index, void *ctx)
+{
+	struct place *p = ctx;
+	struct scratch *s = p->s;
+	if (!s)
+		return 1;
+	/* list_head.next, the first field of a structure that never changes. */
+	struct list_head *node = NULL;
+	if (bpf_probe_read_kernel(&node, sizeof(node), (void *)p->node) || !node ||
+	    (__u64)node == p->head)
+		return 1;
+	p->node = (__u64)node;
+	struct mount *mnt =
+		(struct mount *)((__u64)node - bpf_core_field_offset(struct mount, mnt_instance));
+	if ((__u64)BPF_CORE_READ(mnt, mnt_ns) != p->mnt_ns)
+		return 0;
+	__u64 root = (__u64)BPF_CORE_READ(mnt, mnt.mnt_root);
+	for (__u32 i = 0; i < PLACE_MAX_DEPTH; i++) {
+		if (i >= p->depth)
+			break;
+		if (s->ancestors[i] == root) {
+			p->found = (__u64)mnt + bpf_core_field_offset(struct mount, mnt);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* A mount of `dentry`'s file system in the task's mount namespace whose subtree holds it. */
+static __always_inline struct vfsmount *mount_holding(struct scratch *s, struct dentry *dentry)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct super_block *sb = BPF_CORE_READ(dentry, d_sb);
+	__u64 head = (__u64)sb + bpf_core_field_offset(struct super_block, s_mounts);
+	struct place p = {
+		.s = s,
+		.node = head,
+		.head = head,
+		.mnt_ns = (__u64)BPF_CORE_READ(task, nsproxy, mnt_ns),
+		.dentry = (__u64)dentry,
+	};
+	bpf_loop(PLACE_MAX_DEPTH, ancestor_step, &p, 0);
+	if (!p.full)
+		return NULL;
+	bpf_loop(PLACE_MAX_MOUNTS, mount_step, &p, 0);
+	return (struct vfsmount *)p.found;
+}
+
+/*
+ * The path of `dentry`, opened through the mount `vfsmnt`, in s->path (see walk_from); a file cut
+ * off from that mount is placed under a mount that holds it, if there is one.
+ */
+static __always_inline long walk_path(struct scratch *s, struct dentry *dentry,
+				      struct vfsmount *vfsmnt)
+{
+	long len = walk_from(s, dentry, vfsmnt);
+	if (len != PATH_OUTSIDE_MOUNT)
+		return len;
+	struct vfsmount *holder = mount_holding(s, dentry);
+	if (!holder)
+		return PATH_OUTSIDE_MOUNT;
+	return walk_from(s, dentry, holder);
+}
+
+/*
+ * Decides `perms` by the path rules on what a path resolver answered (see match_resolved) and by
+ * `by_file`, what was decided without the path; reports the decision.
+ */
+static __always_inline int decide_resolved(const struct subject *subject, struct scratch *s,
+					   long len, __u32 perms,
+					   const struct palisade_verdict *by_file, struct inode *inode)
+{
+	struct palisade_verdict d = {};
+	match_resolved(subject, s, len, perms, &d);
+	consider(&d, by_file->action, by_file->rule_id);
+	if (d.action == PALISADE_ACTION_NONE)
+		return 0;
+	return decide_path(&d, subject, s, inode, perms, 0);
+}
+
 /* The body of the path_* hooks: decide `perms` on the file `dentry` names on mount `vfsmnt`. */
 static __always_inline int check_dentry(struct dentry *dentry, struct vfsmount *vfsmnt,
 					__u32 hook, __u32 perms)
@@ -121,15 +256,50 @@ static __always_inline int check_dentry(struct dentry *dentry, struct vfsmount *
 	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE)
 		return 0;
 	long len = walk_path(s, dentry, vfsmnt);
-	if (!resolved(len))
+	return decide_resolved(&subject, s, len, perms, &by_file, NULL);
+}
+
+/*
+ * Whether bpf_d_path's "/" for `path` stands for a file cut off from its mount. d_path gives "/"
+ * for the task's root and for the root of a mount tree, and also, discarding the names it built,
+ * when the walk up from the dentry ends at a root dentry that is not the mount's root (prepend_path
+ * returns 3, which d_path ignores).
+ */
+static __always_inline int d_path_outside_mount(const struct path *path)
+{
+	struct dentry *dentry = BPF_CORE_READ(path, dentry);
+	struct vfsmount *mnt = BPF_CORE_READ(path, mnt);
+	if (dentry == BPF_CORE_READ(mnt, mnt_root))
 		return 0;
-	struct palisade_verdict d = {};
-	if (has_paths(&subject))
-		match_path(subject.target, s, len, perms, &d);
-	consider(&d, by_file.action, by_file.rule_id);
-	if (d.action == PALISADE_ACTION_NONE)
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	return dentry != BPF_CORE_READ(task, fs, root.dentry) ||
+	       mnt != BPF_CORE_READ(task, fs, root.mnt);
+}
+
+/* The body of the hooks on an open file (open, exec, mmap): find the target, match, decide. */
+static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms)
+{
+	if (!perms)
 		return 0;
-	return decide_path(&d, &subject, s, NULL, perms, 0);
+	SUBJECT(subject, hook);
+	struct scratch *s = find_path_subject(&subject);
+	if (!s)
+		return 0;
+	/* What needs no path first: then the path is resolved for path rules, or to report. */
+	struct palisade_verdict by_file = {};
+	protect_files(&by_file, file->f_path.dentry, perms);
+	/* A block device is one whatever its path: matched by the inode's type. */
+	struct inode *inode = file->f_inode;
+	if ((perms & (PALISADE_PERM_READ | PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) &&
+	    (BPF_CORE_READ(inode, i_mode) & S_IFMT) == S_IFBLK)
+		consider(&by_file, subject.policy->block_device_open.action,
+			 subject.policy->block_device_open.rule_id);
+	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE)
+		return 0;
+	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);
+	if (len == 2 && d_path_outside_mount(&file->f_path))
+		len = walk_path(s, file->f_path.dentry, file->f_path.mnt);
+	return decide_resolved(&subject, s, len, perms, &by_file, inode);
 }
 
 #endif

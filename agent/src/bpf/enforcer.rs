@@ -20,9 +20,9 @@ use aya::{
 };
 use palisade_common::{
     CGROUP_NAME_LEN, Config, GlobKey, GlobRule, HookCost, InodeKey, KEY_PATH_LEN, MountTypeKey,
-    NetworkKeyData, PathVerdict, PendingKey, Policy as KernelPolicy, RULE_SELF_PROTECTION,
-    RuleCount, RuleKey, STAT_EVENTS, STAT_EVENTS_DROPPED, STAT_EVENTS_THROTTLED, STAT_UNCOUNTED,
-    STAT_UNDECIDED, SocketKey, Target, TriePath, Verdict,
+    NetworkKeyData, PathVerdict, PendingKey, Policy as KernelPolicy, RULE_PATH_OUTSIDE_MOUNT,
+    RULE_SELF_PROTECTION, RuleCount, RuleKey, STAT_EVENTS, STAT_EVENTS_DROPPED,
+    STAT_EVENTS_THROTTLED, STAT_UNCOUNTED, STAT_UNDECIDED, SocketKey, Target, TriePath, Verdict,
 };
 
 use tracing::{info, warn};
@@ -42,13 +42,16 @@ pub struct InstalledPolicy {
 
 /// The rule name given to the built-in protection of the loading process.
 pub const SELF_PROTECTION: &str = "palisade-self-protection";
+/// The rule name given to the refusal of a file no path names (cut off from the mount it was
+/// opened through, as by a file handle) to a target whose policy has path rules.
+const PATH_OUTSIDE_MOUNT: &str = "palisade-path-outside-mount";
 
 impl InstalledPolicy {
     pub fn rule_name(&self, rule_id: u32) -> Option<&str> {
-        if rule_id == RULE_SELF_PROTECTION {
-            Some(SELF_PROTECTION)
-        } else {
-            self.policy.rule_name(rule_id)
+        match rule_id {
+            RULE_SELF_PROTECTION => Some(SELF_PROTECTION),
+            RULE_PATH_OUTSIDE_MOUNT => Some(PATH_OUTSIDE_MOUNT),
+            _ => self.policy.rule_name(rule_id),
         }
     }
 }

@@ -321,6 +321,12 @@ pub fn assert_allowed(kernel: &mut Kernel, target: &Cgroup, args: &[&str]) {
     assert_eq!(kernel.events(), [], "{args:?}");
 }
 
+/// Runs a shell command outside every target (setup and cleanup).
+pub fn sh(command: &str) {
+    let status = Command::new("sh").args(["-c", command]).status().unwrap();
+    assert!(status.success(), "{command}");
+}
+
 /// Creates `path` with some content (and its directories).
 pub fn file(path: &str) -> &str {
     let path_ref = Path::new(path);

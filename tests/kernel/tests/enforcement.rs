@@ -16,6 +16,8 @@ mod kubernetes;
 mod modes;
 #[path = "enforcement/observability.rs"]
 mod observability;
+#[path = "enforcement/open_routes.rs"]
+mod open_routes;
 #[path = "enforcement/persistence.rs"]
 mod persistence;
 #[path = "enforcement/rule_modules.rs"]

@@ -5,6 +5,9 @@
 //! probe exec PATH [ARGS...]
 //! probe exec-fd PATH [ARGS...]   (execveat on an O_PATH descriptor: no name at all)
 //! probe map-exec PATH            (mmap with PROT_EXEC)
+//! probe memfd                    (memfd_create, ftruncate, fchmod: a file with no path)
+//! probe handle PATH               (prints PATH's file handle, in hex)
+//! probe read-by-handle HANDLE MOUNT (open_by_handle_at on MOUNT's file system, then a read)
 //! probe kill PID SIGNAL
 //! probe read-until PATH STOP   (reads until the file STOP exists; prints `ok=N eperm=N other=N`)
 //! probe read-until-denied PATH (reads until EPERM; prints the time of that read, in ns since
@@ -28,7 +31,11 @@ use std::{
     ffi::CString,
     fs::OpenOptions,
     io::{self, Read, Write},
-    os::unix::{fs::OpenOptionsExt, io::AsRawFd, process::CommandExt},
+    os::unix::{
+        fs::OpenOptionsExt,
+        io::{AsRawFd, FromRawFd},
+        process::CommandExt,
+    },
     process::{Command, ExitCode},
 };
 
@@ -101,6 +108,67 @@ fn map_exec(path: &str) -> io::Result<()> {
         libc::munmap(address, 4096);
     }
     Ok(())
+}
+
+/// struct file_handle: handle_bytes (u32), handle_type (i32), then up to MAX_HANDLE_SZ (128)
+/// bytes of handle.
+type FileHandle = [u8; 8 + 128];
+
+/// The file handle of `path` (name_to_handle_at), in hex.
+fn handle_of(path: &str) -> io::Result<String> {
+    let mut handle: FileHandle = [0; 8 + 128];
+    handle[..4].copy_from_slice(&128u32.to_ne_bytes());
+    let mut mount_id: libc::c_int = 0;
+    let c_path = c_string(path);
+    // SAFETY: NUL-terminated path, a file_handle buffer as large as handle_bytes says.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            handle.as_mut_ptr(),
+            &raw mut mount_id,
+            0,
+        )
+    })?;
+    let used = 8 + u32::from_ne_bytes(handle[..4].try_into().expect("4 bytes")) as usize;
+    Ok(handle[..used]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect())
+}
+
+/// Opens the file of the handle `hex` (from `handle_of`) with open_by_handle_at, on the file
+/// system of `mount` (a file or directory opened first), and reads it: no name is looked up.
+fn read_by_handle(hex: &str, mount: &str) -> io::Result<()> {
+    let mut handle: FileHandle = [0; 8 + 128];
+    for (byte, pair) in handle.iter_mut().zip(hex.as_bytes().chunks(2)) {
+        *byte = u8::from_str_radix(std::str::from_utf8(pair).expect("hex"), 16).expect("hex");
+    }
+    let mount = OpenOptions::new().read(true).open(mount)?;
+    // SAFETY: a file_handle as name_to_handle_at filled it in.
+    let fd = fd(unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            mount.as_raw_fd(),
+            handle.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    })?;
+    // SAFETY: a descriptor this function owns from here on.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut buf = [0; 1];
+    file.read(&mut buf).map(drop)
+}
+
+/// Sizes and chmods a memfd: the path hooks see a file of a kernel-internal mount.
+fn memfd() -> io::Result<()> {
+    // SAFETY: a NUL-terminated name.
+    let fd = fd(unsafe { libc::syscall(libc::SYS_memfd_create, c"palisade-probe".as_ptr(), 0) })?;
+    // SAFETY: a descriptor this function owns from here on.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.set_len(4096)?;
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
 }
 
 fn kill(pid: &str, signal: &str) -> io::Result<()> {
@@ -342,6 +410,15 @@ fn main() -> ExitCode {
         ["exec", path, rest @ ..] => report(Err(Command::new(path).args(rest).exec())),
         ["exec-fd", path, rest @ ..] => report(exec_fd(path, rest)),
         ["map-exec", path] => report(map_exec(path)),
+        ["handle", path] => match handle_of(path) {
+            Ok(hex) => {
+                println!("{hex}");
+                ExitCode::SUCCESS
+            }
+            Err(err) => report(Err(err)),
+        },
+        ["read-by-handle", handle, mount] => report(read_by_handle(handle, mount)),
+        ["memfd"] => report(memfd()),
         ["kill", pid, signal] => report(kill(pid, signal)),
         [
             op @ ("truncate" | "unlink" | "mkdir" | "readlink" | "umount" | "chroot"

@@ -8,12 +8,11 @@ use std::{
         linux::net::SocketAddrExt,
         unix::{fs::symlink, net::UnixListener},
     },
-    process::Command,
 };
 
 use palisade_kernel_tests::{
     Answer, EPERM, KUBE_APISERVER, Kernel, assert_allowed, assert_denied_once, binary, file, probe,
-    protect_with_rule,
+    protect_with_rule, sh,
 };
 
 const EACCES: i32 = libc::EACCES;
@@ -24,12 +23,6 @@ const VULNERABILITY: &str = "vulMitigationRules";
 fn dir(path: &str) -> &str {
     std::fs::create_dir_all(path).expect("creating a directory");
     path
-}
-
-/// Runs a shell command outside every target (setup and cleanup).
-fn sh(command: &str) {
-    let status = Command::new("sh").args(["-c", command]).status().unwrap();
-    assert!(status.success(), "{command}");
 }
 
 /// One rule in a target: `violation` (probe arguments) denied with EPERM and reported once,
