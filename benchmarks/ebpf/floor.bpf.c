@@ -10,6 +10,7 @@
 	}
 
 EMPTY(file_open)
+EMPTY(file_receive)
 EMPTY(bprm_check_security)
 EMPTY(mmap_file)
 EMPTY(task_kill)

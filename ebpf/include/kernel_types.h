@@ -66,7 +66,12 @@ struct qstr {
 	const unsigned char *name;
 };
 
+struct hlist_bl_node {
+	struct hlist_bl_node *next, **pprev;
+};
+
 struct dentry {
+	struct hlist_bl_node d_hash; /* unhashed (pprev NULL) once unlinked */
 	struct dentry *d_parent;
 	struct qstr d_name;
 	struct inode *d_inode;

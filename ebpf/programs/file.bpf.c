@@ -28,6 +28,18 @@ int BPF_PROG(file_open, struct file *file, int ret)
 	return check_file(file, PALISADE_HOOK_FILE_OPEN, open_perms(file));
 }
 
+/*
+ * A file passed to the task already open (SCM_RIGHTS, pidfd_getfd, seccomp's addfd): decided as
+ * if the task had opened it with the same access.
+ */
+SEC("lsm/file_receive")
+int BPF_PROG(file_receive, struct file *file, int ret)
+{
+	if (ret)
+		return ret;
+	return check_file(file, PALISADE_HOOK_FILE_RECEIVE, open_perms(file));
+}
+
 SEC("lsm/path_truncate")
 int BPF_PROG(path_truncate, const struct path *path, int ret)
 {

@@ -276,7 +276,28 @@ static __always_inline int d_path_outside_mount(const struct path *path)
 	       mnt != BPF_CORE_READ(task, fs, root.mnt);
 }
 
-/* The body of the hooks on an open file (open, exec, mmap): find the target, match, decide. */
+/*
+ * d_path appends " (deleted)" to the path of an unlinked file (d_unlinked: unhashed, not a root):
+ * the rules are matched on the path the file had. Returns the length without the suffix.
+ */
+static __always_inline long without_deleted_suffix(struct scratch *s, struct dentry *dentry,
+						   long len)
+{
+	const char suffix[] = " (deleted)";
+	const long suffix_len = sizeof(suffix) - 1;
+	if (len <= suffix_len + 1 || len > PATH_BUF_LEN || BPF_CORE_READ(dentry, d_hash.pprev) ||
+	    BPF_CORE_READ(dentry, d_parent) == dentry)
+		return len;
+	long start = len - 1 - suffix_len;
+	for (long i = 0; i < suffix_len; i++) {
+		if (s->path[(start + i) & (PATH_BUF_LEN - 1)] != suffix[i])
+			return len;
+	}
+	s->path[start & (PATH_BUF_LEN - 1)] = 0;
+	return start + 1;
+}
+
+/* The body of the hooks on a file already open (open, receive, exec, mmap): match, decide. */
 static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms)
 {
 	if (!perms)
@@ -297,6 +318,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE)
 		return 0;
 	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);
+	len = without_deleted_suffix(s, file->f_path.dentry, len);
 	if (len == 2 && d_path_outside_mount(&file->f_path))
 		len = walk_path(s, file->f_path.dentry, file->f_path.mnt);
 	return decide_resolved(&subject, s, len, perms, &by_file, inode);

@@ -2,7 +2,7 @@
 //! are reported by and the class of rules they decide.
 
 use palisade_common::{
-    ACTION_DENY, HOOK_BPF, HOOK_BPRM_CHECK, HOOK_CAPABLE, HOOK_FILE_OPEN,
+    ACTION_DENY, HOOK_BPF, HOOK_BPRM_CHECK, HOOK_CAPABLE, HOOK_FILE_OPEN, HOOK_FILE_RECEIVE,
     HOOK_FS_CONTEXT_PARSE_PARAM, HOOK_MMAP_FILE, HOOK_MOVE_MOUNT, HOOK_PATH_CHMOD, HOOK_PATH_LINK,
     HOOK_PATH_MKDIR, HOOK_PATH_RENAME, HOOK_PATH_RMDIR, HOOK_PATH_SYMLINK, HOOK_PATH_TRUNCATE,
     HOOK_PATH_UNLINK, HOOK_PTRACE_ACCESS_CHECK, HOOK_SB_KERN_MOUNT, HOOK_SB_MOUNT, HOOK_SB_UMOUNT,
@@ -29,6 +29,7 @@ const fn hook(number: u32, name: &'static str, rule_class: &'static str) -> Hook
 
 pub const HOOKS: &[Hook] = &[
     hook(HOOK_FILE_OPEN, "file_open", "files"),
+    hook(HOOK_FILE_RECEIVE, "file_receive", "files"),
     hook(HOOK_PATH_TRUNCATE, "path_truncate", "files"),
     hook(HOOK_PATH_UNLINK, "path_unlink", "files"),
     hook(HOOK_PATH_RENAME, "path_rename", "files"),

@@ -47,6 +47,7 @@ pub const PROGRAM_COUNT: usize = PROGRAMS.len();
 /// The LSM programs in the object, by function name, with the hook each attaches to.
 pub const PROGRAMS: &[(&str, &str)] = &[
     ("file_open", "file_open"),
+    ("file_receive", "file_receive"),
     ("bprm_check_security", "bprm_check_security"),
     ("mmap_file", "mmap_file"),
     ("task_kill", "task_kill"),

@@ -14,6 +14,7 @@ pub fn decide_event(policy: &CompiledPolicy, event: &serde_json::Value) -> Optio
     let text = |field: &str| event[field].as_str();
     match text("hook")? {
         "file_open"
+        | "file_receive"
         | "bprm_check_security"
         | "mmap_file"
         | "unix_stream_connect"

@@ -96,7 +96,8 @@ pub enum Answer {
 
 pub const EPERM: Answer = Answer::Errno(libc::EPERM);
 
-fn answer(out: &std::process::Output) -> Answer {
+/// The kernel's answer a finished probe printed.
+pub fn answer(out: &std::process::Output) -> Answer {
     let text = String::from_utf8_lossy(&out.stdout);
     match text.trim() {
         "ok" => Answer::Ok,

@@ -6,6 +6,23 @@
 //! probe exec-fd PATH [ARGS...]   (execveat on an O_PATH descriptor: no name at all)
 //! probe map-exec PATH            (mmap with PROT_EXEC)
 //! probe memfd                    (memfd_create, ftruncate, fchmod: a file with no path)
+//! probe read-reopen PATH         (an O_PATH descriptor, reopened through /proc/self/fd)
+//! probe read-unlinked PATH       (an O_PATH descriptor, PATH unlinked, then reopened through
+//!                                /proc/self/fd: d_path says "PATH (deleted)")
+//! probe read-openat2 PATH        (openat2)
+//! probe read-io-uring PATH       (IORING_OP_OPENAT, run by an io-wq worker thread)
+//! probe dump-core                (raises its core size limit and aborts: the kernel writes a core)
+//! probe acct PATH                (process accounting to PATH: the kernel opens it to append)
+//! probe swapon PATH              (the kernel opens PATH read-write before checking it)
+//! probe hold PATH                (opens and maps PATH, prints the descriptor and the mapping's
+//!                                /proc/PID/map_files name, holds both until stdin closes)
+//! probe read-pidfd-getfd PID FD  (pidfd_getfd: a copy of another process's descriptor)
+//! probe send-fd SOCKET PATH      (listens on SOCKET, sends a descriptor of PATH with
+//!                                SCM_RIGHTS to the first connection)
+//! probe read-received SOCKET     (connects to SOCKET, reads the descriptor received; prints
+//!                                `no-descriptor` when none came)
+//! probe fanotify-read PATH       (waits for an open of PATH; reads the descriptor fanotify
+//!                                opens for the listener)
 //! probe handle PATH               (prints PATH's file handle, in hex)
 //! probe read-by-handle HANDLE MOUNT (open_by_handle_at on MOUNT's file system, then a read)
 //! probe kill PID SIGNAL
@@ -156,9 +173,7 @@ fn read_by_handle(hex: &str, mount: &str) -> io::Result<()> {
         )
     })?;
     // SAFETY: a descriptor this function owns from here on.
-    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
-    let mut buf = [0; 1];
-    file.read(&mut buf).map(drop)
+    read_one(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
 /// Sizes and chmods a memfd: the path hooks see a file of a kernel-internal mount.
@@ -169,6 +184,301 @@ fn memfd() -> io::Result<()> {
     let file = unsafe { std::fs::File::from_raw_fd(fd) };
     file.set_len(4096)?;
     file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+}
+
+/// Reads the first byte of an open file.
+fn read_one(mut file: std::fs::File) -> io::Result<()> {
+    let mut buf = [0; 1];
+    file.read(&mut buf).map(drop)
+}
+
+/// Opens `path` with O_PATH (no open for reading: no file_open), unlinks it if `unlink`, then
+/// reopens it for reading through its /proc/self/fd link.
+fn read_reopen(path: &str, unlink: bool) -> io::Result<()> {
+    let handle = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(path)?;
+    if unlink {
+        std::fs::remove_file(path)?;
+    }
+    read_one(std::fs::File::open(format!(
+        "/proc/self/fd/{}",
+        handle.as_raw_fd()
+    ))?)
+}
+
+fn read_openat2(path: &str) -> io::Result<()> {
+    // struct open_how: flags, mode, resolve.
+    let how: [u64; 3] = [(libc::O_RDONLY | libc::O_CLOEXEC) as u64, 0, 0];
+    let c_path = c_string(path);
+    // SAFETY: NUL-terminated path, an open_how of the size given.
+    let fd = fd(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            how.as_ptr(),
+            size_of_val(&how),
+        )
+    })?;
+    // SAFETY: a descriptor this function owns from here on.
+    read_one(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+/// Opens `path` with io_uring (IORING_OP_OPENAT, forced to the async worker threads with
+/// IOSQE_ASYNC) and reads it. The rings are laid out as io_uring_setup(2) describes.
+fn read_io_uring(path: &str) -> io::Result<()> {
+    // struct io_uring_params as u32 words: sq_entries 0, cq_entries 1, features 5, sq_off from 10
+    // (tail 11, array 16), cq_off from 20 (head 20, ring_mask 22, cqes 25).
+    let mut params = [0u32; 30];
+    // SAFETY: an io_uring_params the kernel fills in.
+    let ring_fd = fd(unsafe { libc::syscall(libc::SYS_io_uring_setup, 1, params.as_mut_ptr()) })?;
+    // SAFETY: a descriptor this function owns from here on.
+    let ring_file = unsafe { std::fs::File::from_raw_fd(ring_fd) };
+    const FEAT_SINGLE_MMAP: u32 = 1;
+    assert!(
+        params[5] & FEAT_SINGLE_MMAP != 0,
+        "kernels since 5.4 map both rings at once"
+    );
+    let (sq_entries, cq_entries) = (params[0] as usize, params[1] as usize);
+    let ring_len =
+        (params[16] as usize + sq_entries * 4).max(params[25] as usize + cq_entries * 16);
+    let map = |len: usize, offset: libc::off_t| -> io::Result<*mut u8> {
+        // SAFETY: mapping the ring descriptor as io_uring_setup(2) says; never unmapped (the
+        // probe exits).
+        let address = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                ring_fd,
+                offset,
+            )
+        };
+        if address == libc::MAP_FAILED {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(address.cast())
+        }
+    };
+    let ring = map(ring_len, 0)?;
+    let sqes = map(sq_entries * 64, 0x1000_0000)?;
+    let c_path = c_string(path);
+    // SAFETY: writes within the mapped rings at the offsets the kernel gave, one SQE of 64 bytes.
+    unsafe {
+        const OP_OPENAT: u8 = 18;
+        const SQE_ASYNC: u8 = 1 << 4;
+        std::ptr::write_bytes(sqes, 0, 64);
+        *sqes = OP_OPENAT;
+        *sqes.add(1) = SQE_ASYNC;
+        sqes.add(4).cast::<i32>().write(libc::AT_FDCWD);
+        sqes.add(16).cast::<u64>().write(c_path.as_ptr() as u64);
+        sqes.add(28)
+            .cast::<u32>()
+            .write((libc::O_RDONLY | libc::O_CLOEXEC) as u32);
+        ring.add(params[16] as usize).cast::<u32>().write(0);
+        let tail = ring.add(params[11] as usize).cast::<u32>();
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        tail.write_volatile(tail.read_volatile() + 1);
+    }
+    const ENTER_GETEVENTS: u32 = 1;
+    // SAFETY: one SQE submitted, waiting for its completion.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_io_uring_enter,
+            ring_fd,
+            1,
+            1,
+            ENTER_GETEVENTS,
+            0,
+            0,
+        )
+    })?;
+    // SAFETY: reads within the mapped CQ ring; struct io_uring_cqe is user_data, res, flags.
+    let res = unsafe {
+        let head = ring.add(params[20] as usize).cast::<u32>().read_volatile();
+        let mask = ring.add(params[22] as usize).cast::<u32>().read_volatile();
+        let cqe = ring.add(params[25] as usize + ((head & mask) as usize) * 16);
+        cqe.add(8).cast::<i32>().read_volatile()
+    };
+    drop(ring_file);
+    if res < 0 {
+        return Err(io::Error::from_raw_os_error(-res));
+    }
+    // SAFETY: the descriptor the kernel opened for this request, owned from here on.
+    read_one(unsafe { std::fs::File::from_raw_fd(res) })
+}
+
+/// Turns process accounting on to `path` and off again.
+fn acct(path: &str) -> io::Result<()> {
+    let c_path = c_string(path);
+    // SAFETY: NUL-terminated path; NULL turns accounting off.
+    check(unsafe { libc::acct(c_path.as_ptr()) }.into())?;
+    check(unsafe { libc::acct(std::ptr::null()) }.into()).map(drop)
+}
+
+fn swapon(path: &str) -> io::Result<()> {
+    let c_path = c_string(path);
+    // SAFETY: NUL-terminated path.
+    check(unsafe { libc::swapon(c_path.as_ptr(), 0) }.into()).map(drop)
+}
+
+/// Opens and maps `path`, prints the descriptor and the mapping's name in /proc/PID/map_files,
+/// and holds both until stdin closes.
+fn hold(path: &str) -> io::Result<()> {
+    let file = OpenOptions::new().read(true).open(path)?;
+    // SAFETY: a fresh shared read-only mapping of an open file, never touched.
+    let address = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if address == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let start = address as usize;
+    println!("{} {start:x}-{:x}", file.as_raw_fd(), start + 4096);
+    io::stdout().flush()?;
+    io::stdin().read_to_end(&mut Vec::new()).map(drop)
+}
+
+/// Reads the file behind descriptor `fd` of process `pid`, copied with pidfd_getfd.
+fn read_pidfd_getfd(pid: &str, fd_number: &str) -> io::Result<()> {
+    let (pid, fd_number): (libc::pid_t, libc::c_int) = (
+        pid.parse().expect("a pid"),
+        fd_number.parse().expect("a descriptor"),
+    );
+    // SAFETY: plain integer arguments.
+    let pidfd = fd(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    // SAFETY: plain integer arguments.
+    let copy = fd(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd_number, 0) });
+    // SAFETY: the pidfd opened above.
+    unsafe { libc::close(pidfd) };
+    // SAFETY: a descriptor this function owns from here on.
+    read_one(unsafe { std::fs::File::from_raw_fd(copy?) })
+}
+
+/// The control message of one descriptor, as sendmsg and recvmsg use it.
+#[repr(C)]
+union FdMessage {
+    buf: [u8; 24], // CMSG_SPACE(sizeof(int)) on 64-bit
+    _align: libc::cmsghdr,
+}
+
+/// Listens on `socket`, and sends a descriptor of `path` to the first process that connects.
+fn send_fd(socket: &str, path: &str) -> io::Result<()> {
+    let _ = std::fs::remove_file(socket);
+    let listener = std::os::unix::net::UnixListener::bind(socket)?;
+    let (stream, _) = listener.accept()?;
+    let file = std::fs::File::open(path)?;
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut control = FdMessage { buf: [0; 24] };
+    // SAFETY: a msghdr over live buffers; the CMSG macros stay within `control`.
+    unsafe {
+        let mut message: libc::msghdr = std::mem::zeroed();
+        message.msg_iov = &raw mut iov;
+        message.msg_iovlen = 1;
+        message.msg_control = control.buf.as_mut_ptr().cast();
+        message.msg_controllen = size_of::<FdMessage>();
+        let header = libc::CMSG_FIRSTHDR(&raw const message);
+        (*header).cmsg_level = libc::SOL_SOCKET;
+        (*header).cmsg_type = libc::SCM_RIGHTS;
+        (*header).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as usize;
+        libc::CMSG_DATA(header)
+            .cast::<libc::c_int>()
+            .write_unaligned(file.as_raw_fd());
+        check(libc::sendmsg(stream.as_raw_fd(), &raw const message, 0) as libc::c_long)?;
+    }
+    Ok(())
+}
+
+/// Connects to `socket` (retrying while nothing listens yet) and reads the descriptor it
+/// receives. Ok(false) when the message came without one.
+fn read_received(socket: &str) -> io::Result<bool> {
+    let stream = loop {
+        match std::os::unix::net::UnixStream::connect(socket) {
+            Ok(stream) => break stream,
+            Err(err) if matches!(err.raw_os_error(), Some(libc::ENOENT | libc::ECONNREFUSED)) => {
+                std::thread::sleep(std::time::Duration::from_millis(100))
+            }
+            Err(err) => return Err(err),
+        }
+    };
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut control = FdMessage { buf: [0; 24] };
+    // SAFETY: a msghdr over live buffers; the CMSG macros stay within `control`.
+    let received = unsafe {
+        let mut message: libc::msghdr = std::mem::zeroed();
+        message.msg_iov = &raw mut iov;
+        message.msg_iovlen = 1;
+        message.msg_control = control.buf.as_mut_ptr().cast();
+        message.msg_controllen = size_of::<FdMessage>();
+        check(libc::recvmsg(stream.as_raw_fd(), &raw mut message, 0) as libc::c_long)?;
+        let header = libc::CMSG_FIRSTHDR(&raw const message);
+        if header.is_null() || (*header).cmsg_type != libc::SCM_RIGHTS {
+            return Ok(false);
+        }
+        libc::CMSG_DATA(header)
+            .cast::<libc::c_int>()
+            .read_unaligned()
+    };
+    // SAFETY: the descriptor the kernel installed for this process, owned from here on.
+    read_one(unsafe { std::fs::File::from_raw_fd(received) }).map(|()| true)
+}
+
+/// Marks `path` for open events and reads one: the kernel opens a descriptor of the file for
+/// this listener.
+fn fanotify_read(path: &str) -> io::Result<()> {
+    // SAFETY: plain flags.
+    let group = fd(unsafe {
+        libc::fanotify_init(
+            libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC,
+            libc::O_RDONLY as u32,
+        )
+    }
+    .into())?;
+    // SAFETY: a descriptor this function owns from here on.
+    let mut group = unsafe { std::fs::File::from_raw_fd(group) };
+    let c_path = c_string(path);
+    // SAFETY: NUL-terminated path.
+    check(
+        unsafe {
+            libc::fanotify_mark(
+                group.as_raw_fd(),
+                libc::FAN_MARK_ADD,
+                libc::FAN_OPEN,
+                libc::AT_FDCWD,
+                c_path.as_ptr(),
+            )
+        }
+        .into(),
+    )?;
+    let mut event = [0u8; 4096];
+    let len = group.read(&mut event)?;
+    assert!(
+        len >= size_of::<libc::fanotify_event_metadata>(),
+        "a whole event"
+    );
+    // SAFETY: the kernel wrote at least one fanotify_event_metadata.
+    let metadata: libc::fanotify_event_metadata =
+        unsafe { std::ptr::read_unaligned(event.as_ptr().cast()) };
+    // SAFETY: the descriptor the kernel opened for this event, owned from here on.
+    read_one(unsafe { std::fs::File::from_raw_fd(metadata.fd) })
 }
 
 fn kill(pid: &str, signal: &str) -> io::Result<()> {
@@ -419,6 +729,39 @@ fn main() -> ExitCode {
         },
         ["read-by-handle", handle, mount] => report(read_by_handle(handle, mount)),
         ["memfd"] => report(memfd()),
+        ["read-reopen", path] => report(read_reopen(path, false)),
+        ["read-unlinked", path] => report(read_reopen(path, true)),
+        ["read-openat2", path] => report(read_openat2(path)),
+        ["read-io-uring", path] => report(read_io_uring(path)),
+        ["dump-core"] => {
+            let unlimited = libc::rlimit {
+                rlim_cur: libc::RLIM_INFINITY,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            // SAFETY: a valid rlimit.
+            if let Err(err) =
+                check(unsafe { libc::setrlimit(libc::RLIMIT_CORE, &unlimited) }.into())
+            {
+                return report(Err(err));
+            }
+            std::process::abort()
+        }
+        ["acct", path] => report(acct(path)),
+        ["swapon", path] => report(swapon(path)),
+        ["fanotify-read", path] => report(fanotify_read(path)),
+        ["hold", path] => match hold(path) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => report(Err(err)),
+        },
+        ["read-pidfd-getfd", pid, fd] => report(read_pidfd_getfd(pid, fd)),
+        ["send-fd", socket, path] => report(send_fd(socket, path)),
+        ["read-received", socket] => match read_received(socket) {
+            Ok(false) => {
+                println!("no-descriptor");
+                ExitCode::FAILURE
+            }
+            result => report(result.map(drop)),
+        },
         ["kill", pid, signal] => report(kill(pid, signal)),
         [
             op @ ("truncate" | "unlink" | "mkdir" | "readlink" | "umount" | "chroot"

@@ -1,14 +1,60 @@
-//! Every route by which the kernel opens a file for a task is decided like open(2): a protected
-//! file reached another way is refused and reported, and the same route works outside the
-//! target. SECURITY.md lists the routes, with the kernel function and the hook of each.
+//! Every route by which a task gets a file open (opened by name or without one, by the kernel on
+//! its behalf, or passed to it already open) is decided like open(2): a protected file reached
+//! that way is refused and reported, and the same route works outside the target. SECURITY.md
+//! lists the routes, with the kernel functions and the hook of each.
 
+use std::{
+    io::{BufRead, BufReader},
+    os::unix::process::ExitStatusExt,
+    path::Path,
+    process::{Child, Stdio},
+    time::{Duration, Instant},
+};
+
+use palisade_agent::{events::AuditEvent, targets::Cgroup};
 use palisade_kernel_tests::{
-    Answer, Kernel, assert_allowed, assert_denied_once, file, probe, probe_command,
-    protect_with_rule, sh,
+    Answer, EPERM, Kernel, answer, assert_allowed, assert_denied_once, deny_read, file, policy,
+    probe, probe_command, protect_with_rule, sh, spawn_probe,
 };
 
 const ATTACK: &str = "attackProtectionRules";
 const SA_TOKEN: &str = "/run/secrets/kubernetes.io/serviceaccount/token";
+
+/// A route that reads the service account token (probe `args`): refused in a target under
+/// `mitigate-sa-leak`, reported once with the token's own path, and working outside.
+fn token_read_refused(args: &[&str]) {
+    let mut kernel = Kernel::new();
+    let rule = "mitigate-sa-leak";
+    file(SA_TOKEN);
+    let target = protect_with_rule(&mut kernel, ATTACK, rule);
+    let event = assert_denied_once(&mut kernel, &target, rule, args, libc::EPERM);
+    assert_eq!(event.path, SA_TOKEN, "{event:#?}");
+    assert_eq!(probe(None, args), Answer::Ok);
+}
+
+/// The one audit event since the last look: a denial of `path` under `rule`.
+fn reported_once(kernel: &mut Kernel, rule: &str, path: &str) -> AuditEvent {
+    let events = kernel.events();
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = events.into_iter().next().expect("one event");
+    assert_eq!(event.rule.as_deref(), Some(rule), "{event:#?}");
+    assert_eq!(event.action, "deny", "{event:#?}");
+    assert_eq!(event.path, path, "{event:#?}");
+    event
+}
+
+/// A route by which the kernel opens `path` (a new file under /etc) for writing: refused in a
+/// target under `disable-write-etc`, reported once with that path; outside, the kernel answers
+/// `outside`.
+fn etc_write_refused(op: &str, path: &str, outside: Answer) {
+    let mut kernel = Kernel::new();
+    let rule = "disable-write-etc";
+    let args = [op, file(path)];
+    let target = protect_with_rule(&mut kernel, ATTACK, rule);
+    let event = assert_denied_once(&mut kernel, &target, rule, &args, libc::EPERM);
+    assert_eq!(event.path, path, "{event:#?}");
+    assert_eq!(probe(None, &args), outside);
+}
 
 /// The file handle of `path` (as an attacker would guess it), taken outside every target.
 fn handle_of(path: &str) -> String {
@@ -25,15 +71,9 @@ fn handle_of(path: &str) -> String {
 /// open_by_handle_at on the mount of the file's own directory: decided by the file's path.
 #[test]
 fn file_handle_open_is_decided_like_open() {
-    let mut kernel = Kernel::new();
-    let rule = "mitigate-sa-leak";
     let handle = handle_of(file(SA_TOKEN));
-    let target = protect_with_rule(&mut kernel, ATTACK, rule);
     let mount = "/run/secrets/kubernetes.io/serviceaccount";
-    let args = ["read-by-handle", &handle, mount];
-    let event = assert_denied_once(&mut kernel, &target, rule, &args, libc::EPERM);
-    assert_eq!(event.path, SA_TOKEN, "{event:#?}");
-    assert_eq!(probe(None, &args), Answer::Ok);
+    token_read_refused(&["read-by-handle", &handle, mount]);
 }
 
 /// open_by_handle_at on a bind mount of another directory of the token's file system: the file
@@ -41,19 +81,13 @@ fn file_handle_open_is_decided_like_open() {
 /// holds it and decided by the path found there.
 #[test]
 fn file_handle_outside_its_mount_is_decided_by_the_path_that_holds_it() {
-    let mut kernel = Kernel::new();
-    let rule = "mitigate-sa-leak";
     let handle = handle_of(file(SA_TOKEN));
     file("/run/palisade-handles/public/file");
     let view = "/tmp/handles/view";
     sh(&format!(
         "mkdir -p {view} && mount --bind /run/palisade-handles/public {view}"
     ));
-    let target = protect_with_rule(&mut kernel, ATTACK, rule);
-    let args = ["read-by-handle", &handle, view];
-    let event = assert_denied_once(&mut kernel, &target, rule, &args, libc::EPERM);
-    assert_eq!(event.path, SA_TOKEN, "{event:#?}");
-    assert_eq!(probe(None, &args), Answer::Ok);
+    token_read_refused(&["read-by-handle", &handle, view]);
     sh(&format!("umount {view}"));
 }
 
@@ -81,4 +115,206 @@ fn file_handle_to_a_file_no_path_names_is_refused_under_path_rules() {
     assert_eq!(probe(Some(&without_paths), &args), Answer::Ok);
     assert_eq!(probe(None, &args), Answer::Ok);
     sh(&format!("umount {view}"));
+}
+
+/// openat2(2): the same path_openat.
+#[test]
+fn openat2_is_decided_like_open() {
+    token_read_refused(&["read-openat2", SA_TOKEN]);
+}
+
+/// io_uring's IORING_OP_OPENAT, run by an io-wq worker thread of the target (io_openat2, then
+/// do_filp_open): the worker is in the target's cgroup, and its open is decided.
+#[test]
+fn io_uring_open_is_decided_like_open() {
+    token_read_refused(&["read-io-uring", SA_TOKEN]);
+}
+
+/// A magic link (/proc/self/fd of an O_PATH descriptor, whose open decided nothing): the lookup
+/// jumps to the file's own path (nd_jump_link), and that open is decided.
+#[test]
+fn reopen_through_proc_fd_is_decided_like_open() {
+    token_read_refused(&["read-reopen", SA_TOKEN]);
+}
+
+/// The same magic link to a file unlinked since: d_path adds " (deleted)" to its path, and the
+/// rule of the path it had still holds (the policy denies only reading, so unlinking works).
+#[test]
+fn reopen_of_an_unlinked_file_is_decided_by_the_path_it_had() {
+    let mut kernel = Kernel::new();
+    let secret = "/tmp/unlinked/secret";
+    let target = kernel.cgroup(None, "unlinked");
+    kernel.apply(&target, policy("unlinked", &deny_read(secret)));
+    kernel.events();
+    assert_eq!(
+        probe(Some(&target), &["read-unlinked", file(secret)]),
+        EPERM
+    );
+    reported_once(&mut kernel, "customRules.files[0]", secret);
+    assert_eq!(probe(None, &["read-unlinked", file(secret)]), Answer::Ok);
+}
+
+/// /proc/self/root: another magic link, to the task's root.
+#[test]
+fn open_through_proc_root_is_decided_like_open() {
+    let through_root = format!("/proc/self/root{SA_TOKEN}");
+    token_read_refused(&["read", &through_root]);
+}
+
+/// A process outside every target that holds the token open and mapped, until dropped.
+struct Holder {
+    child: Child,
+    /// Its descriptor of the token.
+    fd: String,
+    /// Its mapping of the token, under /proc/PID/map_files.
+    mapping: String,
+}
+
+impl Holder {
+    fn start() -> Self {
+        let mut child = probe_command(None, &["hold", file(SA_TOKEN)])
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("starting the holder");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().expect("the holder's output"))
+            .read_line(&mut line)
+            .expect("the holder's descriptor and mapping");
+        let (fd, range) = line
+            .trim()
+            .split_once(' ')
+            .expect("a descriptor and a range");
+        let mapping = format!("/proc/{}/map_files/{range}", child.id());
+        Self {
+            fd: fd.to_owned(),
+            mapping,
+            child,
+        }
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// /proc/PID/map_files: a link to the file another process (outside every target) has mapped.
+#[test]
+fn open_through_map_files_is_decided_like_open() {
+    let holder = Holder::start();
+    token_read_refused(&["read", &holder.mapping]);
+}
+
+/// pidfd_getfd: a copy of a descriptor of another process's (receive_fd, then
+/// security_file_receive), decided as if the target had opened the file itself.
+#[test]
+fn descriptor_copied_with_pidfd_getfd_is_decided_like_open() {
+    let holder = Holder::start();
+    let pid = holder.child.id().to_string();
+    token_read_refused(&["read-pidfd-getfd", &pid, &holder.fd]);
+}
+
+/// SCM_RIGHTS: a descriptor sent over a UNIX socket by a process outside every target
+/// (scm_detach_fds, then security_file_receive): the target does not get it.
+#[test]
+fn descriptor_passed_over_a_socket_is_decided_like_open() {
+    let mut kernel = Kernel::new();
+    let rule = "mitigate-sa-leak";
+    let socket = "/tmp/palisade-fd.sock";
+    file(SA_TOKEN);
+    let target = protect_with_rule(&mut kernel, ATTACK, rule);
+    let receive = |cgroup: Option<&Cgroup>| -> String {
+        let mut sender = spawn_probe(None, &["send-fd", socket, SA_TOKEN]);
+        let out = probe_command(cgroup, &["read-received", socket])
+            .output()
+            .expect("running the receiver");
+        assert!(sender.wait().expect("the sender").success());
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    kernel.events();
+    assert_eq!(receive(Some(&target)), "no-descriptor");
+    let event = reported_once(&mut kernel, rule, SA_TOKEN);
+    assert_eq!(event.hook, "file_receive", "{event:#?}");
+    assert_eq!(receive(None), "ok");
+}
+
+/// fanotify: reading an open event makes the kernel open the file for the listener
+/// (dentry_open); in a target, that open is decided like the target's own.
+#[test]
+fn fanotify_event_descriptor_is_decided_like_open() {
+    let mut kernel = Kernel::new();
+    let rule = "mitigate-sa-leak";
+    file(SA_TOKEN);
+    let target = protect_with_rule(&mut kernel, ATTACK, rule);
+    kernel.events();
+    assert_eq!(fanotify_answer(Some(&target)), Answer::Errno(libc::EPERM));
+    reported_once(&mut kernel, rule, SA_TOKEN);
+    assert_eq!(fanotify_answer(None), Answer::Ok);
+}
+
+/// Starts a fanotify listener on the token in `cgroup` and opens the token outside every target
+/// until the listener has answered.
+fn fanotify_answer(cgroup: Option<&Cgroup>) -> Answer {
+    let mut listener = spawn_probe(cgroup, &["fanotify-read", SA_TOKEN]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while listener
+        .try_wait()
+        .expect("waiting for the listener")
+        .is_none()
+    {
+        assert!(Instant::now() < deadline, "the listener saw no open");
+        // The listener may not have marked the file yet: open it again until it answers.
+        drop(std::fs::File::open(SA_TOKEN).expect("opening the token outside targets"));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    answer(&listener.wait_with_output().expect("the listener's answer"))
+}
+
+/// A core dump: the kernel opens the core file (filp_open in do_coredump) as the dumping task,
+/// so the target's rules decide where its core goes. (O_CREAT makes the file before the open is
+/// decided: an empty file is left.)
+#[test]
+fn core_dump_file_is_decided_like_open() {
+    let pattern = "/proc/sys/kernel/core_pattern";
+    let previous = std::fs::read_to_string(pattern).expect("reading the core pattern");
+    let core = Path::new("/etc/palisade-core");
+    std::fs::create_dir_all("/etc").expect("creating /etc");
+    std::fs::write(pattern, core.as_os_str().as_encoded_bytes()).expect("setting the core pattern");
+    let core_size = || std::fs::metadata(core).map(|metadata| metadata.len()).ok();
+    let dump = |target: Option<&Cgroup>| {
+        let _ = std::fs::remove_file(core);
+        let status = probe_command(target, &["dump-core"])
+            .status()
+            .expect("running the probe");
+        assert_eq!(status.signal(), Some(libc::SIGABRT), "{status:?}");
+    };
+    dump(None);
+    assert!(
+        core_size() > Some(0),
+        "no core was written outside a target"
+    );
+    let mut kernel = Kernel::new();
+    let rule = "disable-write-etc";
+    let target = protect_with_rule(&mut kernel, ATTACK, rule);
+    kernel.events();
+    dump(Some(&target));
+    assert_eq!(core_size(), Some(0), "a core was written");
+    reported_once(&mut kernel, rule, core.to_str().expect("a UTF-8 path"));
+    std::fs::write(pattern, previous).expect("restoring the core pattern");
+    std::fs::remove_file(core).expect("removing the core");
+}
+
+/// acct(2): the kernel opens the accounting file to append to it (filp_open).
+#[test]
+fn process_accounting_file_is_decided_like_open() {
+    etc_write_refused("acct", "/etc/palisade-acct", Answer::Ok);
+}
+
+/// swapon(2): the kernel opens the file read-write (file_open_name) before reading its header;
+/// outside a target this file is refused only as not being swap space.
+#[test]
+fn swap_file_is_decided_like_open() {
+    etc_write_refused("swapon", "/etc/palisade-swap", Answer::Errno(libc::EINVAL));
 }
