@@ -69,8 +69,9 @@ typedef uint64_t __u64;
 #define PALISADE_HOOK_SOCKET_SENDMSG 25
 #define PALISADE_HOOK_UNIX_STREAM_CONNECT 26
 #define PALISADE_HOOK_FILE_RECEIVE 27
+#define PALISADE_HOOK_PATH_MKNOD 28
 /* Hook numbers are below this. */
-#define PALISADE_HOOK_COUNT 28
+#define PALISADE_HOOK_COUNT 29
 
 /* The rule id of the built-in protection of the process that loaded the programs. */
 #define PALISADE_RULE_SELF_PROTECTION 0xffffffffu

@@ -2,7 +2,8 @@
 /*
  * File hooks: opening, and every change to a file or its name. Write rules cover truncating,
  * deleting, renaming (both names), linking (both names: a hard link is another name for the
- * protected file), creating directories and symlinks, and chmod.
+ * protected file), creating files (open with O_CREAT, mknod), directories and symlinks, and
+ * chmod.
  */
 #include "path_walk.h"
 
@@ -63,6 +64,16 @@ int BPF_PROG(path_rmdir, const struct path *dir, struct dentry *dentry, int ret)
 	if (ret)
 		return ret;
 	return check_dentry(dentry, dir->mnt, PALISADE_HOOK_PATH_RMDIR, PALISADE_PERM_WRITE);
+}
+
+/* Also called for open with O_CREAT of a missing file (may_o_create), before it exists. */
+SEC("lsm/path_mknod")
+int BPF_PROG(path_mknod, const struct path *dir, struct dentry *dentry, unsigned short mode,
+	     unsigned int dev, int ret)
+{
+	if (ret)
+		return ret;
+	return check_dentry(dentry, dir->mnt, PALISADE_HOOK_PATH_MKNOD, PALISADE_PERM_WRITE);
 }
 
 SEC("lsm/path_mkdir")

@@ -55,6 +55,7 @@ pub const PROGRAMS: &[(&str, &str)] = &[
     ("path_truncate", "path_truncate"),
     ("path_unlink", "path_unlink"),
     ("path_rmdir", "path_rmdir"),
+    ("path_mknod", "path_mknod"),
     ("path_mkdir", "path_mkdir"),
     ("path_symlink", "path_symlink"),
     ("path_link", "path_link"),

@@ -24,6 +24,7 @@ pub fn decide_event(policy: &CompiledPolicy, event: &serde_json::Value) -> Optio
         | "path_link"
         | "path_symlink"
         | "path_chmod"
+        | "path_mknod"
         | "path_mkdir"
         | "path_rmdir" => {
             let perms = event["permissions"]

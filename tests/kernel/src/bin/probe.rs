@@ -1,7 +1,7 @@
 //! Performs one operation and reports the kernel's answer, for tests that run it inside a
 //! target cgroup. Prints `ok` or `errno N`; exits 0 on success and 1 otherwise.
 //!
-//! probe read|write|append PATH
+//! probe read|write|append|create PATH   (create: O_CREAT|O_EXCL)
 //! probe exec PATH [ARGS...]
 //! probe exec-fd PATH [ARGS...]   (execveat on an O_PATH descriptor: no name at all)
 //! probe map-exec PATH            (mmap with PROT_EXEC)
@@ -61,6 +61,7 @@ fn open(op: &str, path: &str) -> io::Result<()> {
     match op {
         "read" => options.read(true),
         "write" => options.write(true),
+        "create" => options.write(true).create_new(true),
         "append" => options.append(true),
         _ => unreachable!(),
     };
@@ -716,7 +717,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args.as_slice() {
-        [op @ ("read" | "write" | "append"), path] => report(open(op, path)),
+        [op @ ("read" | "write" | "append" | "create"), path] => report(open(op, path)),
         ["exec", path, rest @ ..] => report(Err(Command::new(path).args(rest).exec())),
         ["exec-fd", path, rest @ ..] => report(exec_fd(path, rest)),
         ["map-exec", path] => report(map_exec(path)),

@@ -272,9 +272,8 @@ fn fanotify_answer(cgroup: Option<&Cgroup>) -> Answer {
     answer(&listener.wait_with_output().expect("the listener's answer"))
 }
 
-/// A core dump: the kernel opens the core file (filp_open in do_coredump) as the dumping task,
-/// so the target's rules decide where its core goes. (O_CREAT makes the file before the open is
-/// decided: an empty file is left.)
+/// A core dump: the kernel creates and opens the core file (filp_open in do_coredump) as the
+/// dumping task, so the target's rules decide where its core goes.
 #[test]
 fn core_dump_file_is_decided_like_open() {
     let pattern = "/proc/sys/kernel/core_pattern";
@@ -300,10 +299,32 @@ fn core_dump_file_is_decided_like_open() {
     let target = protect_with_rule(&mut kernel, ATTACK, rule);
     kernel.events();
     dump(Some(&target));
-    assert_eq!(core_size(), Some(0), "a core was written");
+    assert_eq!(core_size(), None, "a core file was created");
     reported_once(&mut kernel, rule, core.to_str().expect("a UTF-8 path"));
     std::fs::write(pattern, previous).expect("restoring the core pattern");
-    std::fs::remove_file(core).expect("removing the core");
+}
+
+/// open with O_CREAT of a missing file: the creation is decided (path_mknod, from may_o_create)
+/// before the file exists, so nothing is left behind.
+#[test]
+fn creating_a_file_is_decided_before_it_exists() {
+    let mut kernel = Kernel::new();
+    let rule = "disable-write-etc";
+    let created = "/etc/palisade-created";
+    std::fs::create_dir_all("/etc").expect("creating /etc");
+    let _ = std::fs::remove_file(created);
+    let target = protect_with_rule(&mut kernel, ATTACK, rule);
+    let event = assert_denied_once(
+        &mut kernel,
+        &target,
+        rule,
+        &["create", created],
+        libc::EPERM,
+    );
+    assert_eq!((event.hook, event.path.as_str()), ("path_mknod", created));
+    assert!(!Path::new(created).exists(), "the file was created");
+    assert_eq!(probe(None, &["create", created]), Answer::Ok);
+    std::fs::remove_file(created).expect("removing the file");
 }
 
 /// acct(2): the kernel opens the accounting file to append to it (filp_open).
