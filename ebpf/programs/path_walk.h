@@ -260,23 +260,6 @@ static __always_inline int check_dentry(struct dentry *dentry, struct vfsmount *
 }
 
 /*
- * Whether bpf_d_path's "/" for `path` stands for a file cut off from its mount. d_path gives "/"
- * for the task's root and for the root of a mount tree, and also, discarding the names it built,
- * when the walk up from the dentry ends at a root dentry that is not the mount's root (prepend_path
- * returns 3, which d_path ignores).
- */
-static __always_inline int d_path_outside_mount(const struct path *path)
-{
-	struct dentry *dentry = BPF_CORE_READ(path, dentry);
-	struct vfsmount *mnt = BPF_CORE_READ(path, mnt);
-	if (dentry == BPF_CORE_READ(mnt, mnt_root))
-		return 0;
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	return dentry != BPF_CORE_READ(task, fs, root.dentry) ||
-	       mnt != BPF_CORE_READ(task, fs, root.mnt);
-}
-
-/*
  * d_path appends " (deleted)" to the path of an unlinked file (d_unlinked: unhashed, not a root):
  * the rules are matched on the path the file had. Returns the length without the suffix.
  */
@@ -285,14 +268,16 @@ static __always_inline long without_deleted_suffix(struct scratch *s, struct den
 {
 	const char suffix[] = " (deleted)";
 	const long suffix_len = sizeof(suffix) - 1;
-	if (len <= suffix_len + 1 || len > PATH_BUF_LEN || BPF_CORE_READ(dentry, d_hash.pprev) ||
-	    BPF_CORE_READ(dentry, d_parent) == dentry)
+	if (len <= suffix_len + 1 || len > PATH_BUF_LEN)
 		return len;
+	/* The bytes first: they rule out almost every path without reading the dentry. */
 	long start = len - 1 - suffix_len;
 	for (long i = 0; i < suffix_len; i++) {
 		if (s->path[(start + i) & (PATH_BUF_LEN - 1)] != suffix[i])
 			return len;
 	}
+	if (BPF_CORE_READ(dentry, d_hash.pprev) || BPF_CORE_READ(dentry, d_parent) == dentry)
+		return len;
 	s->path[start & (PATH_BUF_LEN - 1)] = 0;
 	return start + 1;
 }
@@ -319,7 +304,9 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 		return 0;
 	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);
 	len = without_deleted_suffix(s, file->f_path.dentry, len);
-	if (len == 2 && d_path_outside_mount(&file->f_path))
+	/* d_path also answers "/" for a file cut off from its mount, discarding the names it built
+	 * (prepend_path returns 3, which d_path ignores): the walk tells that from a real root. */
+	if (len == 2)
 		len = walk_path(s, file->f_path.dentry, file->f_path.mnt);
 	return decide_resolved(&subject, s, len, perms, &by_file, inode);
 }
