@@ -5,12 +5,13 @@ set -euo pipefail
 
 # clang builds the BPF programs (C, CO-RE) and give bindgen its libclang; libbpf-dev and
 # linux-libc-dev provide bpf_helpers.h and linux/bpf.h; binutils strips binaries for the VM image;
-# qemu, busybox and cpio are the VM kernel test harness.
+# qemu, busybox and cpio are the VM kernel test harness; xfsprogs makes the XFS file system a VM
+# test opens files on by handle.
 packages=(
   clang-19 libclang1-19
   libbpf-dev linux-libc-dev
   binutils
-  qemu-system-x86 busybox-static cpio
+  qemu-system-x86 busybox-static cpio xfsprogs
   # The benchmarks' workloads (run inside the VM only; their services are not started here).
   redis-server redis-tools nginx wrk sysbench
 )

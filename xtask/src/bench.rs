@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context, ensure};
 
-use crate::{build, kernels, kube, results, vm};
+use crate::{build, kernels, results, vm};
 
 /// The workloads' programs, from Debian's packages (scripts/install.sh installs them).
 const WORKLOADS: &[(&str, &str)] = &[
@@ -89,7 +89,7 @@ pub fn bench(kernels: &[String], smoke: bool, release: bool) -> anyhow::Result<(
     let out = if smoke {
         vm::work_dir("bench-smoke")?
     } else {
-        kube::workspace().join("benchmarks/results")
+        crate::workspace().join("benchmarks/results")
     };
     report(&inputs, &out, release)
 }

@@ -98,7 +98,7 @@ pub fn bench_binaries(release: bool) -> anyhow::Result<(PathBuf, PathBuf)> {
 /// The rule modules the kernel tests use, built by `palisade rules build` into `dir`: (file,
 /// path in the image).
 pub fn rule_modules(palisade: &Path, dir: &Path) -> anyhow::Result<Vec<(PathBuf, String)>> {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let workspace = crate::workspace();
     [
         "rules/examples/protect-files",
         "rules/examples/egress",
@@ -184,7 +184,7 @@ pub fn initramfs(
     for library in libraries {
         copy_into(&root, &library, &library.to_string_lossy())?;
     }
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let examples = crate::workspace().join("examples");
     for entry in std::fs::read_dir(&examples)? {
         let path = entry?.path();
         if !path.is_file() {

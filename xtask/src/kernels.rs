@@ -56,12 +56,20 @@ fn resolve(series: &str) -> anyhow::Result<String> {
         .with_context(|| format!("linux-image-amd64={version} names no image package"))
 }
 
-/// Kernel modules the VM loads: a RAM disk (block devices) and a block-device file system, so
-/// that the rules on disk devices meet real ones; the NIC through which the Kubernetes test
-/// reaches the API server on the host.
-const MODULES: [&str; 3] = [
+/// Kernel modules the VM loads, in this order (a module after those it needs): a RAM disk (block
+/// devices) and a block-device file system, so that the rules on disk devices meet real ones;
+/// overlayfs, on which container runtimes mount a container's root; XFS on a loop device, whose
+/// handle ioctls open files; binfmt_misc, whose formats name interpreters; the NIC through which
+/// the Kubernetes test reaches the API server on the host.
+const MODULES: [&str; 9] = [
     "drivers/block/brd",
     "fs/minix/minix",
+    "fs/overlayfs/overlay",
+    "drivers/block/loop",
+    "crypto/crc32c_generic",
+    "lib/libcrc32c",
+    "fs/xfs/xfs",
+    "fs/binfmt_misc",
     "drivers/net/ethernet/intel/e1000/e1000",
 ];
 

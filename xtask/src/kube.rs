@@ -504,13 +504,9 @@ fn strict(mut map: serde_json::Map<String, Value>) -> serde_json::Map<String, Va
     map
 }
 
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 /// `cargo xtask kube-test`.
 pub fn test() -> anyhow::Result<()> {
-    let root = workspace();
+    let root = crate::workspace();
     let chart = root.join("charts/palisade");
     let server = ApiServer::start(&root.join("target/kube"))?;
     check_chart(&server, &chart, &root.join("examples/kubernetes"))?;

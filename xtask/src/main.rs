@@ -9,7 +9,17 @@ mod kube;
 mod results;
 mod vm;
 
+use std::path::PathBuf;
+
 use clap::{Parser, Subcommand};
+
+/// The workspace being built. Read at run time (`cargo run` sets CARGO_MANIFEST_DIR): a target
+/// directory shared by two clones may run an xtask binary compiled in the other one.
+pub fn workspace() -> PathBuf {
+    let xtask = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    xtask.join("..")
+}
 
 #[derive(Parser)]
 struct Cli {

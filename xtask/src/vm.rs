@@ -128,9 +128,7 @@ pub fn boot(
 }
 
 pub fn work_dir(name: &str) -> anyhow::Result<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/vm")
-        .join(name);
+    let dir = crate::workspace().join("target/vm").join(name);
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }
@@ -147,7 +145,7 @@ pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> a
     // The Kubernetes test's API server, on loopback here; the VM reaches it at VM_ADDRESS
     // through QEMU's guestfwd relay (restrict=on: no other packet leaves the VM).
     let server = kube::ApiServer::start(&work_dir("kube")?)?;
-    server.install_chart(&kube::workspace().join("charts/palisade"))?;
+    server.install_chart(&crate::workspace().join("charts/palisade"))?;
     let nic = format!(
         "user,model=e1000,restrict=on,guestfwd=tcp:{}:{}-cmd:/bin/busybox nc 127.0.0.1 {}",
         kube::VM_ADDRESS,
@@ -174,12 +172,13 @@ pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> a
     for user in ["admin", "agent"] {
         files.extend(server.vm_files(user, Path::new("/palisade/kube"))?);
     }
+    // Numbered: /init loads them in the order of their names.
     files.extend(kernels.iter().flat_map(|(_, kernel)| {
-        kernel.modules.iter().map(|module| {
+        kernel.modules.iter().enumerate().map(|(index, module)| {
             let name = module.file_name().expect("a file").to_string_lossy();
             (
                 module.clone(),
-                format!("/palisade/modules/{}/{}", kernel.release, name),
+                format!("/palisade/modules/{}/{index}-{name}", kernel.release),
             )
         })
     }));
@@ -189,6 +188,7 @@ pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> a
             ("palisade", &binaries.palisade),
             ("probe", &binaries.probe),
             ("enforcement", &binaries.kernel_tests),
+            ("mkfs.xfs", Path::new("/usr/sbin/mkfs.xfs")),
         ],
         &files,
         &init_script(&body),

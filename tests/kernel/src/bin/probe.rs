@@ -5,6 +5,7 @@
 //! probe exec PATH [ARGS...]
 //! probe exec-fd PATH [ARGS...]   (execveat on an O_PATH descriptor: no name at all)
 //! probe map-exec PATH            (mmap with PROT_EXEC)
+//! probe pty-peer                (a new pseudo-terminal, then its peer by TIOCGPTPEER)
 //! probe memfd                    (memfd_create, ftruncate, fchmod: a file with no path)
 //! probe read-reopen PATH         (an O_PATH descriptor, reopened through /proc/self/fd)
 //! probe read-unlinked PATH       (an O_PATH descriptor, PATH unlinked, then reopened through
@@ -21,10 +22,18 @@
 //!                                SCM_RIGHTS to the first connection)
 //! probe read-received SOCKET     (connects to SOCKET, reads the descriptor received; prints
 //!                                `no-descriptor` when none came)
+//! probe read-seccomp-added SOCKET (traps getppid to a seccomp listener sent to SOCKET, reads
+//!                                the descriptor the supervisor adds as its answer)
+//! probe seccomp-add-fd SOCKET PATH (listens on SOCKET for a seccomp listener, adds a descriptor
+//!                                of PATH to the trapped process: SECCOMP_IOCTL_NOTIF_ADDFD)
+//! probe uselib PATH              (uselib, a 32-bit system call: the kernel opens PATH and
+//!                                reads its header)
 //! probe fanotify-read PATH       (waits for an open of PATH; reads the descriptor fanotify
 //!                                opens for the listener)
 //! probe handle PATH               (prints PATH's file handle, in hex)
 //! probe read-by-handle HANDLE MOUNT (open_by_handle_at on MOUNT's file system, then a read)
+//! probe xfs-handle PATH           (prints PATH's XFS handle, in hex: XFS_IOC_PATH_TO_HANDLE)
+//! probe read-by-xfs-handle HANDLE MOUNT (XFS_IOC_OPEN_BY_HANDLE on MOUNT, then a read)
 //! probe kill PID SIGNAL
 //! probe read-until PATH STOP   (reads until the file STOP exists; prints `ok=N eperm=N other=N`)
 //! probe read-until-denied PATH (reads until EPERM; prints the time of that read, in ns since
@@ -46,11 +55,12 @@
 
 use std::{
     ffi::CString,
-    fs::OpenOptions,
+    fs::{File, OpenOptions},
     io::{self, Read, Write},
     os::unix::{
         fs::OpenOptionsExt,
         io::{AsRawFd, FromRawFd},
+        net::{UnixListener, UnixStream},
         process::CommandExt,
     },
     process::{Command, ExitCode},
@@ -150,19 +160,26 @@ fn handle_of(path: &str) -> io::Result<String> {
         )
     })?;
     let used = 8 + u32::from_ne_bytes(handle[..4].try_into().expect("4 bytes")) as usize;
-    Ok(handle[..used]
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect())
+    Ok(to_hex(&handle[..used]))
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn from_hex(hex: &str) -> Vec<u8> {
+    hex.as_bytes()
+        .chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).expect("hex"), 16).expect("hex"))
+        .collect()
 }
 
 /// Opens the file of the handle `hex` (from `handle_of`) with open_by_handle_at, on the file
 /// system of `mount` (a file or directory opened first), and reads it: no name is looked up.
 fn read_by_handle(hex: &str, mount: &str) -> io::Result<()> {
     let mut handle: FileHandle = [0; 8 + 128];
-    for (byte, pair) in handle.iter_mut().zip(hex.as_bytes().chunks(2)) {
-        *byte = u8::from_str_radix(std::str::from_utf8(pair).expect("hex"), 16).expect("hex");
-    }
+    let bytes = from_hex(hex);
+    handle[..bytes.len()].copy_from_slice(&bytes);
     let mount = OpenOptions::new().read(true).open(mount)?;
     // SAFETY: a file_handle as name_to_handle_at filled it in.
     let fd = fd(unsafe {
@@ -174,7 +191,105 @@ fn read_by_handle(hex: &str, mount: &str) -> io::Result<()> {
         )
     })?;
     // SAFETY: a descriptor this function owns from here on.
-    read_one(unsafe { std::fs::File::from_raw_fd(fd) })
+    read_one(unsafe { File::from_raw_fd(fd) })
+}
+
+/// struct xfs_fsop_handlereq (xfs_fs.h), which XFS's handle ioctls take.
+#[repr(C)]
+struct XfsHandleRequest {
+    fd: u32,
+    path: *const libc::c_char,
+    oflags: u32,
+    ihandle: *const u8,
+    ihandlen: u32,
+    ohandle: *mut u8,
+    ohandlen: *mut u32,
+}
+const _: () = assert!(size_of::<XfsHandleRequest>() == 56);
+/// _IOWR('X', 105 and 107, struct xfs_fsop_handlereq).
+const XFS_IOC_PATH_TO_HANDLE: libc::c_ulong = 0xc038_5869;
+const XFS_IOC_OPEN_BY_HANDLE: libc::c_ulong = 0xc038_586b;
+
+/// An XFS handle request with nothing filled in.
+fn xfs_request() -> XfsHandleRequest {
+    XfsHandleRequest {
+        fd: 0,
+        path: std::ptr::null(),
+        oflags: 0,
+        ihandle: std::ptr::null(),
+        ihandlen: 0,
+        ohandle: std::ptr::null_mut(),
+        ohandlen: std::ptr::null_mut(),
+    }
+}
+
+/// The XFS handle of `path` (XFS_IOC_PATH_TO_HANDLE), in hex.
+fn xfs_handle_of(path: &str) -> io::Result<String> {
+    let file = File::open(path)?;
+    let c_path = c_string(path);
+    let (mut handle, mut len) = ([0u8; 64], 0u32);
+    let request = XfsHandleRequest {
+        path: c_path.as_ptr(),
+        ohandle: handle.as_mut_ptr(),
+        ohandlen: &raw mut len,
+        ..xfs_request()
+    };
+    // SAFETY: a request whose buffers outlive the call; the handle fits 64 bytes.
+    check(
+        unsafe { libc::ioctl(file.as_raw_fd(), XFS_IOC_PATH_TO_HANDLE, &raw const request) }.into(),
+    )?;
+    Ok(to_hex(&handle[..len as usize]))
+}
+
+/// Opens the file of the XFS handle `hex` (XFS_IOC_OPEN_BY_HANDLE on `mount`, a file or directory
+/// opened first, whose mount the new file gets) and reads it.
+fn read_by_xfs_handle(hex: &str, mount: &str) -> io::Result<()> {
+    let mount = File::open(mount)?;
+    let handle = from_hex(hex);
+    let request = XfsHandleRequest {
+        oflags: libc::O_RDONLY as u32,
+        ihandle: handle.as_ptr(),
+        ihandlen: handle.len() as u32,
+        ..xfs_request()
+    };
+    // SAFETY: a request whose handle outlives the call.
+    let fd = fd(unsafe {
+        libc::ioctl(
+            mount.as_raw_fd(),
+            XFS_IOC_OPEN_BY_HANDLE,
+            &raw const request,
+        )
+    }
+    .into())?;
+    // SAFETY: a descriptor this function owns from here on.
+    read_one(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Opens a new pseudo-terminal (/dev/ptmx) and then its peer with TIOCGPTPEER: the kernel opens
+/// the peer's /dev/pts file for this process (dentry_open), looking up no name.
+fn pty_peer() -> io::Result<()> {
+    let terminal = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open("/dev/ptmx")?;
+    let unlock: libc::c_int = 0;
+    // SAFETY: an int, as TIOCSPTLCK takes.
+    check(
+        unsafe { libc::ioctl(terminal.as_raw_fd(), libc::TIOCSPTLCK, &raw const unlock) }.into(),
+    )?;
+    // SAFETY: plain open flags.
+    let peer = fd(unsafe {
+        libc::ioctl(
+            terminal.as_raw_fd(),
+            libc::TIOCGPTPEER,
+            libc::O_RDWR | libc::O_NOCTTY,
+        )
+    }
+    .into())?;
+    // SAFETY: a descriptor this function owns from here on.
+    drop(unsafe { File::from_raw_fd(peer) });
+    Ok(())
 }
 
 /// Sizes and chmods a memfd: the path hooks see a file of a kernel-internal mount.
@@ -182,13 +297,13 @@ fn memfd() -> io::Result<()> {
     // SAFETY: a NUL-terminated name.
     let fd = fd(unsafe { libc::syscall(libc::SYS_memfd_create, c"palisade-probe".as_ptr(), 0) })?;
     // SAFETY: a descriptor this function owns from here on.
-    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let file = unsafe { File::from_raw_fd(fd) };
     file.set_len(4096)?;
     file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
 }
 
 /// Reads the first byte of an open file.
-fn read_one(mut file: std::fs::File) -> io::Result<()> {
+fn read_one(mut file: File) -> io::Result<()> {
     let mut buf = [0; 1];
     file.read(&mut buf).map(drop)
 }
@@ -203,10 +318,7 @@ fn read_reopen(path: &str, unlink: bool) -> io::Result<()> {
     if unlink {
         std::fs::remove_file(path)?;
     }
-    read_one(std::fs::File::open(format!(
-        "/proc/self/fd/{}",
-        handle.as_raw_fd()
-    ))?)
+    read_one(File::open(format!("/proc/self/fd/{}", handle.as_raw_fd()))?)
 }
 
 fn read_openat2(path: &str) -> io::Result<()> {
@@ -224,7 +336,7 @@ fn read_openat2(path: &str) -> io::Result<()> {
         )
     })?;
     // SAFETY: a descriptor this function owns from here on.
-    read_one(unsafe { std::fs::File::from_raw_fd(fd) })
+    read_one(unsafe { File::from_raw_fd(fd) })
 }
 
 /// Opens `path` with io_uring (IORING_OP_OPENAT, forced to the async worker threads with
@@ -236,7 +348,7 @@ fn read_io_uring(path: &str) -> io::Result<()> {
     // SAFETY: an io_uring_params the kernel fills in.
     let ring_fd = fd(unsafe { libc::syscall(libc::SYS_io_uring_setup, 1, params.as_mut_ptr()) })?;
     // SAFETY: a descriptor this function owns from here on.
-    let ring_file = unsafe { std::fs::File::from_raw_fd(ring_fd) };
+    let ring_file = unsafe { File::from_raw_fd(ring_fd) };
     const FEAT_SINGLE_MMAP: u32 = 1;
     assert!(
         params[5] & FEAT_SINGLE_MMAP != 0,
@@ -309,7 +421,7 @@ fn read_io_uring(path: &str) -> io::Result<()> {
         return Err(io::Error::from_raw_os_error(-res));
     }
     // SAFETY: the descriptor the kernel opened for this request, owned from here on.
-    read_one(unsafe { std::fs::File::from_raw_fd(res) })
+    read_one(unsafe { File::from_raw_fd(res) })
 }
 
 /// Turns process accounting on to `path` and off again.
@@ -363,83 +475,236 @@ fn read_pidfd_getfd(pid: &str, fd_number: &str) -> io::Result<()> {
     // SAFETY: the pidfd opened above.
     unsafe { libc::close(pidfd) };
     // SAFETY: a descriptor this function owns from here on.
-    read_one(unsafe { std::fs::File::from_raw_fd(copy?) })
+    read_one(unsafe { File::from_raw_fd(copy?) })
 }
 
 /// The control message of one descriptor, as sendmsg and recvmsg use it.
 #[repr(C)]
-union FdMessage {
+union FdControl {
     buf: [u8; 24], // CMSG_SPACE(sizeof(int)) on 64-bit
     _align: libc::cmsghdr,
 }
 
-/// Listens on `socket`, and sends a descriptor of `path` to the first process that connects.
-fn send_fd(socket: &str, path: &str) -> io::Result<()> {
-    let _ = std::fs::remove_file(socket);
-    let listener = std::os::unix::net::UnixListener::bind(socket)?;
-    let (stream, _) = listener.accept()?;
-    let file = std::fs::File::open(path)?;
+/// Runs `f` on a one-byte message with room for one descriptor.
+fn with_fd_message<T>(f: impl FnOnce(&mut libc::msghdr) -> io::Result<T>) -> io::Result<T> {
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec {
         iov_base: byte.as_mut_ptr().cast(),
         iov_len: 1,
     };
-    let mut control = FdMessage { buf: [0; 24] };
-    // SAFETY: a msghdr over live buffers; the CMSG macros stay within `control`.
-    unsafe {
-        let mut message: libc::msghdr = std::mem::zeroed();
-        message.msg_iov = &raw mut iov;
-        message.msg_iovlen = 1;
-        message.msg_control = control.buf.as_mut_ptr().cast();
-        message.msg_controllen = size_of::<FdMessage>();
-        let header = libc::CMSG_FIRSTHDR(&raw const message);
-        (*header).cmsg_level = libc::SOL_SOCKET;
-        (*header).cmsg_type = libc::SCM_RIGHTS;
-        (*header).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as usize;
-        libc::CMSG_DATA(header)
-            .cast::<libc::c_int>()
-            .write_unaligned(file.as_raw_fd());
-        check(libc::sendmsg(stream.as_raw_fd(), &raw const message, 0) as libc::c_long)?;
-    }
-    Ok(())
+    let mut control = FdControl { buf: [0; 24] };
+    // SAFETY: msghdr is plain data; all zeroes is an empty message.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &raw mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = (&raw mut control).cast();
+    message.msg_controllen = size_of::<FdControl>();
+    f(&mut message)
 }
 
-/// Connects to `socket` (retrying while nothing listens yet) and reads the descriptor it
-/// receives. Ok(false) when the message came without one.
-fn read_received(socket: &str) -> io::Result<bool> {
-    let stream = loop {
-        match std::os::unix::net::UnixStream::connect(socket) {
-            Ok(stream) => break stream,
+/// Sends descriptor `fd` over a connected UNIX socket (SCM_RIGHTS).
+fn send_descriptor(stream: &UnixStream, fd: libc::c_int) -> io::Result<()> {
+    with_fd_message(|message| {
+        // SAFETY: a message over live buffers; the CMSG macros stay within its control buffer.
+        unsafe {
+            let header = libc::CMSG_FIRSTHDR(message);
+            (*header).cmsg_level = libc::SOL_SOCKET;
+            (*header).cmsg_type = libc::SCM_RIGHTS;
+            (*header).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as usize;
+            libc::CMSG_DATA(header)
+                .cast::<libc::c_int>()
+                .write_unaligned(fd);
+            check(libc::sendmsg(stream.as_raw_fd(), message, 0) as libc::c_long).map(drop)
+        }
+    })
+}
+
+/// Receives a message from a connected UNIX socket and the descriptor it carries, if any.
+fn receive_descriptor(stream: &UnixStream) -> io::Result<Option<File>> {
+    with_fd_message(|message| {
+        // SAFETY: a message over live buffers; the CMSG macros stay within its control buffer.
+        unsafe {
+            check(libc::recvmsg(stream.as_raw_fd(), message, 0) as libc::c_long)?;
+            let header = libc::CMSG_FIRSTHDR(message);
+            if header.is_null() || (*header).cmsg_type != libc::SCM_RIGHTS {
+                return Ok(None);
+            }
+            let fd = libc::CMSG_DATA(header)
+                .cast::<libc::c_int>()
+                .read_unaligned();
+            // The descriptor the kernel installed for this process, owned from here on.
+            Ok(Some(File::from_raw_fd(fd)))
+        }
+    })
+}
+
+/// Listens on `socket` and accepts the first connection.
+fn accept_first(socket: &str) -> io::Result<UnixStream> {
+    let _ = std::fs::remove_file(socket);
+    let (stream, _) = UnixListener::bind(socket)?.accept()?;
+    Ok(stream)
+}
+
+/// Connects to `socket`, retrying while nothing listens on it yet.
+fn connect_when_listening(socket: &str) -> io::Result<UnixStream> {
+    loop {
+        match UnixStream::connect(socket) {
             Err(err) if matches!(err.raw_os_error(), Some(libc::ENOENT | libc::ECONNREFUSED)) => {
                 std::thread::sleep(std::time::Duration::from_millis(100))
             }
-            Err(err) => return Err(err),
+            connected => return connected,
         }
+    }
+}
+
+/// Listens on `socket`, and sends a descriptor of `path` to the first process that connects.
+fn send_fd(socket: &str, path: &str) -> io::Result<()> {
+    let stream = accept_first(socket)?;
+    send_descriptor(&stream, File::open(path)?.as_raw_fd())
+}
+
+/// Connects to `socket` and reads the descriptor it receives. Ok(false) when the message came
+/// without one.
+fn read_received(socket: &str) -> io::Result<bool> {
+    match receive_descriptor(&connect_when_listening(socket)?)? {
+        Some(file) => read_one(file).map(|()| true),
+        None => Ok(false),
+    }
+}
+
+/// Traps getppid to a seccomp listener, hands the listener to the supervisor on `socket`
+/// (`seccomp-add-fd`), and reads the descriptor the supervisor adds to this process, whose
+/// number getppid returns.
+fn read_seccomp_added(socket: &str) -> io::Result<()> {
+    let (load, jump_if, give) = (
+        (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+        (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+        (libc::BPF_RET | libc::BPF_K) as u16,
+    );
+    // SAFETY: the macros only build instructions.
+    let filter = unsafe {
+        [
+            libc::BPF_STMT(load, 0), // seccomp_data.nr
+            libc::BPF_JUMP(jump_if, libc::SYS_getppid as u32, 0, 1),
+            libc::BPF_STMT(give, libc::SECCOMP_RET_USER_NOTIF),
+            libc::BPF_STMT(give, libc::SECCOMP_RET_ALLOW),
+        ]
     };
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
+    let program = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
     };
-    let mut control = FdMessage { buf: [0; 24] };
-    // SAFETY: a msghdr over live buffers; the CMSG macros stay within `control`.
-    let received = unsafe {
-        let mut message: libc::msghdr = std::mem::zeroed();
-        message.msg_iov = &raw mut iov;
-        message.msg_iovlen = 1;
-        message.msg_control = control.buf.as_mut_ptr().cast();
-        message.msg_controllen = size_of::<FdMessage>();
-        check(libc::recvmsg(stream.as_raw_fd(), &raw mut message, 0) as libc::c_long)?;
-        let header = libc::CMSG_FIRSTHDR(&raw const message);
-        if header.is_null() || (*header).cmsg_type != libc::SCM_RIGHTS {
-            return Ok(false);
+    // SAFETY: plain integer arguments.
+    check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }.into())?;
+    // SAFETY: a valid classic BPF program that outlives the call.
+    let listener = fd(unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &raw const program,
+        )
+    })?;
+    // SAFETY: a descriptor this function owns from here on.
+    let listener = unsafe { File::from_raw_fd(listener) };
+    send_descriptor(&connect_when_listening(socket)?, listener.as_raw_fd())?;
+    // SAFETY: no arguments; the supervisor answers it.
+    let added = fd(unsafe { libc::syscall(libc::SYS_getppid) })?;
+    // SAFETY: the descriptor the supervisor added to this process, owned from here on.
+    read_one(unsafe { File::from_raw_fd(added) })
+}
+
+/// Supervises the seccomp listener received on `socket`: answers its first notification by
+/// adding a descriptor of `path` to the trapped process (SECCOMP_IOCTL_NOTIF_ADDFD, which the
+/// trapped process completes) and returning the new descriptor's number, or the add's error.
+fn seccomp_add_fd(socket: &str, path: &str) -> io::Result<()> {
+    let listener = receive_descriptor(&accept_first(socket)?)?
+        .ok_or_else(|| io::Error::other("no seccomp listener came"))?;
+    let listener = listener.as_raw_fd();
+    // SAFETY: seccomp_notif is plain data, filled in by the kernel.
+    let mut notification: libc::seccomp_notif = unsafe { std::mem::zeroed() };
+    // SAFETY: a seccomp_notif as the ioctl expects.
+    check(
+        unsafe {
+            libc::ioctl(
+                listener,
+                libc::SECCOMP_IOCTL_NOTIF_RECV,
+                &raw mut notification,
+            )
         }
-        libc::CMSG_DATA(header)
-            .cast::<libc::c_int>()
-            .read_unaligned()
+        .into(),
+    )?;
+    let file = File::open(path)?;
+    let add = libc::seccomp_notif_addfd {
+        id: notification.id,
+        flags: 0,
+        srcfd: file.as_raw_fd() as u32,
+        newfd: 0,
+        newfd_flags: 0,
     };
-    // SAFETY: the descriptor the kernel installed for this process, owned from here on.
-    read_one(unsafe { std::fs::File::from_raw_fd(received) }).map(|()| true)
+    // SAFETY: a seccomp_notif_addfd as the ioctl expects.
+    let added = check(
+        unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_ADDFD, &raw const add) }.into(),
+    );
+    let response = libc::seccomp_notif_resp {
+        id: notification.id,
+        val: *added.as_ref().unwrap_or(&0),
+        error: added.map_or_else(|err| -err.raw_os_error().unwrap_or(libc::EIO), |_| 0),
+        flags: 0,
+    };
+    // SAFETY: a seccomp_notif_resp as the ioctl expects.
+    check(
+        unsafe {
+            libc::ioctl(
+                listener,
+                libc::SECCOMP_IOCTL_NOTIF_SEND,
+                &raw const response,
+            )
+        }
+        .into(),
+    )
+    .map(drop)
+}
+
+/// uselib(2): the kernel opens `path` to read its header and map it as a library. x86-64 has it
+/// only as a 32-bit system call (int 0x80, number 86), whose path pointer has 32 bits.
+fn uselib(path: &str) -> io::Result<()> {
+    let c_path = c_string(path);
+    let bytes = c_path.as_bytes_with_nul();
+    // SAFETY: a fresh anonymous mapping below 4 GiB.
+    let page = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_32BIT,
+            -1,
+            0,
+        )
+    };
+    if page == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    assert!(bytes.len() <= 4096, "a path that fits a page");
+    let result: i32;
+    // SAFETY: the path is copied into the page, which outlives the call; the 32-bit system call
+    // takes its argument in ebx (which Rust reserves: swapped in and out) and clobbers r8-r11.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), page.cast::<u8>(), bytes.len());
+        std::arch::asm!(
+            "xchg {path}, rbx",
+            "int 0x80",
+            "xchg {path}, rbx",
+            path = inout(reg) page as u64 => _,
+            inlateout("eax") 86 => result,
+            out("r8") _, out("r9") _, out("r10") _, out("r11") _,
+        );
+        libc::munmap(page, 4096);
+    }
+    if result < 0 {
+        return Err(io::Error::from_raw_os_error(-result));
+    }
+    Ok(())
 }
 
 /// Marks `path` for open events and reads one: the kernel opens a descriptor of the file for
@@ -454,7 +719,7 @@ fn fanotify_read(path: &str) -> io::Result<()> {
     }
     .into())?;
     // SAFETY: a descriptor this function owns from here on.
-    let mut group = unsafe { std::fs::File::from_raw_fd(group) };
+    let mut group = unsafe { File::from_raw_fd(group) };
     let c_path = c_string(path);
     // SAFETY: NUL-terminated path.
     check(
@@ -479,7 +744,7 @@ fn fanotify_read(path: &str) -> io::Result<()> {
     let metadata: libc::fanotify_event_metadata =
         unsafe { std::ptr::read_unaligned(event.as_ptr().cast()) };
     // SAFETY: the descriptor the kernel opened for this event, owned from here on.
-    read_one(unsafe { std::fs::File::from_raw_fd(metadata.fd) })
+    read_one(unsafe { File::from_raw_fd(metadata.fd) })
 }
 
 fn kill(pid: &str, signal: &str) -> io::Result<()> {
@@ -721,15 +986,24 @@ fn main() -> ExitCode {
         ["exec", path, rest @ ..] => report(Err(Command::new(path).args(rest).exec())),
         ["exec-fd", path, rest @ ..] => report(exec_fd(path, rest)),
         ["map-exec", path] => report(map_exec(path)),
-        ["handle", path] => match handle_of(path) {
-            Ok(hex) => {
-                println!("{hex}");
-                ExitCode::SUCCESS
+        [op @ ("handle" | "xfs-handle"), path] => {
+            let handle = if *op == "handle" {
+                handle_of(path)
+            } else {
+                xfs_handle_of(path)
+            };
+            match handle {
+                Ok(hex) => {
+                    println!("{hex}");
+                    ExitCode::SUCCESS
+                }
+                Err(err) => report(Err(err)),
             }
-            Err(err) => report(Err(err)),
-        },
+        }
         ["read-by-handle", handle, mount] => report(read_by_handle(handle, mount)),
+        ["read-by-xfs-handle", handle, mount] => report(read_by_xfs_handle(handle, mount)),
         ["memfd"] => report(memfd()),
+        ["pty-peer"] => report(pty_peer()),
         ["read-reopen", path] => report(read_reopen(path, false)),
         ["read-unlinked", path] => report(read_reopen(path, true)),
         ["read-openat2", path] => report(read_openat2(path)),
@@ -756,6 +1030,9 @@ fn main() -> ExitCode {
         },
         ["read-pidfd-getfd", pid, fd] => report(read_pidfd_getfd(pid, fd)),
         ["send-fd", socket, path] => report(send_fd(socket, path)),
+        ["read-seccomp-added", socket] => report(read_seccomp_added(socket)),
+        ["seccomp-add-fd", socket, path] => report(seccomp_add_fd(socket, path)),
+        ["uselib", path] => report(uselib(path)),
         ["read-received", socket] => match read_received(socket) {
             Ok(false) => {
                 println!("no-descriptor");

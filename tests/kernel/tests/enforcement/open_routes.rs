@@ -7,7 +7,7 @@ use std::{
     io::{BufRead, BufReader},
     os::unix::process::ExitStatusExt,
     path::Path,
-    process::{Child, Stdio},
+    process::{Child, Output, Stdio},
     time::{Duration, Instant},
 };
 
@@ -56,9 +56,10 @@ fn etc_write_refused(op: &str, path: &str, outside: Answer) {
     assert_eq!(probe(None, &args), outside);
 }
 
-/// The file handle of `path` (as an attacker would guess it), taken outside every target.
-fn handle_of(path: &str) -> String {
-    let out = probe_command(None, &["handle", path])
+/// The file handle of `path` (as an attacker would guess it), taken outside every target by the
+/// probe's `op` (`handle`: name_to_handle_at, `xfs-handle`: XFS_IOC_PATH_TO_HANDLE).
+fn handle_of(op: &str, path: &str) -> String {
+    let out = probe_command(None, &[op, path])
         .output()
         .expect("running the probe");
     assert!(out.status.success(), "no handle for {path}: {out:?}");
@@ -71,7 +72,7 @@ fn handle_of(path: &str) -> String {
 /// open_by_handle_at on the mount of the file's own directory: decided by the file's path.
 #[test]
 fn file_handle_open_is_decided_like_open() {
-    let handle = handle_of(file(SA_TOKEN));
+    let handle = handle_of("handle", file(SA_TOKEN));
     let mount = "/run/secrets/kubernetes.io/serviceaccount";
     token_read_refused(&["read-by-handle", &handle, mount]);
 }
@@ -81,7 +82,7 @@ fn file_handle_open_is_decided_like_open() {
 /// holds it and decided by the path found there.
 #[test]
 fn file_handle_outside_its_mount_is_decided_by_the_path_that_holds_it() {
-    let handle = handle_of(file(SA_TOKEN));
+    let handle = handle_of("handle", file(SA_TOKEN));
     file("/run/palisade-handles/public/file");
     let view = "/tmp/handles/view";
     sh(&format!(
@@ -101,7 +102,7 @@ fn file_handle_to_a_file_no_path_names_is_refused_under_path_rules() {
     sh(&format!(
         "mkdir -p {fs} {view} && mount -t tmpfs none {fs} && mkdir {fs}/public {fs}/hidden"
     ));
-    let handle = handle_of(file(&format!("{fs}/hidden/file")));
+    let handle = handle_of("handle", file(&format!("{fs}/hidden/file")));
     // Only the public directory stays mounted: the hidden file has no name left.
     sh(&format!("mount --bind {fs}/public {view} && umount {fs}"));
     let args = ["read-by-handle", &handle, view];
@@ -115,6 +116,31 @@ fn file_handle_to_a_file_no_path_names_is_refused_under_path_rules() {
     assert_eq!(probe(Some(&without_paths), &args), Answer::Ok);
     assert_eq!(probe(None, &args), Answer::Ok);
     sh(&format!("umount {view}"));
+}
+
+/// XFS's own handle ioctl (XFS_IOC_OPEN_BY_HANDLE, CAP_SYS_ADMIN): xfs_open_by_handle, then
+/// dentry_open on the mount of the ioctl's file. Decided by the file's path, also when that mount
+/// is a bind mount whose subtree does not hold the file.
+#[test]
+fn xfs_handle_open_is_decided_like_open() {
+    let mut kernel = Kernel::new();
+    let (fs, view) = ("/tmp/xfs", "/tmp/xfs-view");
+    sh(&format!(
+        "grep -q ' {fs} ' /proc/mounts || {{ mkdir -p {fs} {view} && truncate -s 300M {fs}.img \
+         && mkfs.xfs -q {fs}.img && mount -o loop {fs}.img {fs} && mkdir {fs}/public \
+         && mount --bind {fs}/public {view}; }}"
+    ));
+    let secret = file("/tmp/xfs/secret");
+    let handle = handle_of("xfs-handle", secret);
+    let target = kernel.cgroup(None, "xfs-handle");
+    kernel.apply(&target, policy("xfs-handle", &deny_read(secret)));
+    kernel.events();
+    for mount in [fs, view] {
+        let args = ["read-by-xfs-handle", &handle, mount];
+        assert_eq!(probe(Some(&target), &args), EPERM, "{args:?}");
+        reported_once(&mut kernel, "customRules.files[0]", secret);
+        assert_eq!(probe(None, &args), Answer::Ok, "{args:?}");
+    }
 }
 
 /// openat2(2): the same path_openat.
@@ -225,12 +251,12 @@ fn descriptor_passed_over_a_socket_is_decided_like_open() {
     let socket = "/tmp/palisade-fd.sock";
     file(SA_TOKEN);
     let target = protect_with_rule(&mut kernel, ATTACK, rule);
-    let receive = |cgroup: Option<&Cgroup>| -> String {
-        let mut sender = spawn_probe(None, &["send-fd", socket, SA_TOKEN]);
-        let out = probe_command(cgroup, &["read-received", socket])
-            .output()
-            .expect("running the receiver");
-        assert!(sender.wait().expect("the sender").success());
+    let receive = |cgroup| {
+        let out = handed_over(
+            cgroup,
+            &["send-fd", socket, SA_TOKEN],
+            &["read-received", socket],
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     };
     kernel.events();
@@ -238,6 +264,79 @@ fn descriptor_passed_over_a_socket_is_decided_like_open() {
     let event = reported_once(&mut kernel, rule, SA_TOKEN);
     assert_eq!(event.hook, "file_receive", "{event:#?}");
     assert_eq!(receive(None), "ok");
+}
+
+/// seccomp user notification: a supervisor outside every target adds a descriptor of the token
+/// to the trapped target (SECCOMP_IOCTL_NOTIF_ADDFD; the target completes the add in
+/// receive_fd, then security_file_receive): the target gets EPERM instead.
+#[test]
+fn descriptor_added_by_a_seccomp_supervisor_is_decided_like_open() {
+    let mut kernel = Kernel::new();
+    let rule = "mitigate-sa-leak";
+    let socket = "/tmp/palisade-seccomp.sock";
+    file(SA_TOKEN);
+    let target = protect_with_rule(&mut kernel, ATTACK, rule);
+    let receive = |cgroup| {
+        let supervisor = ["seccomp-add-fd", socket, SA_TOKEN];
+        answer(&handed_over(
+            cgroup,
+            &supervisor,
+            &["read-seccomp-added", socket],
+        ))
+    };
+    kernel.events();
+    assert_eq!(receive(Some(&target)), Answer::Errno(libc::EPERM));
+    let event = reported_once(&mut kernel, rule, SA_TOKEN);
+    assert_eq!(event.hook, "file_receive", "{event:#?}");
+    assert_eq!(receive(None), Answer::Ok);
+}
+
+/// The output of `receiver`, run in `cgroup` while `sender` runs outside every target to hand
+/// it a descriptor.
+fn handed_over(cgroup: Option<&Cgroup>, sender: &[&str], receiver: &[&str]) -> Output {
+    let mut sender = spawn_probe(None, sender);
+    let out = probe_command(cgroup, receiver)
+        .output()
+        .expect("running the receiver");
+    assert!(sender.wait().expect("the sender").success());
+    out
+}
+
+/// uselib(2) (a 32-bit system call): the kernel opens the library, which must be executable, for
+/// reading (both test kernels without FMODE_EXEC), and reads its header. Decided like open;
+/// outside, the file is opened and refused as no library (ENOEXEC).
+#[test]
+fn uselib_is_decided_like_open() {
+    let mut kernel = Kernel::new();
+    let library = "/tmp/uselib/library";
+    sh(&format!("chmod 755 {}", file(library)));
+    let target = kernel.cgroup(None, "uselib");
+    kernel.apply(&target, policy("uselib", &deny_read(library)));
+    kernel.events();
+    assert_eq!(probe(Some(&target), &["uselib", library]), EPERM);
+    reported_once(&mut kernel, "customRules.files[0]", library);
+    assert_eq!(
+        probe(None, &["uselib", library]),
+        Answer::Errno(libc::ENOEXEC)
+    );
+}
+
+/// TIOCGPTPEER: the kernel opens the peer of a pseudo-terminal for the task (ptm_open_peer, then
+/// dentry_open), by dentry rather than by name: decided by the peer's /dev/pts path.
+#[test]
+fn pty_peer_is_decided_like_open() {
+    let mut kernel = Kernel::new();
+    sh(
+        "mkdir -p /dev/pts && { grep -q ' /dev/pts ' /proc/mounts || mount -t devpts devpts /dev/pts; }",
+    );
+    let target = kernel.cgroup(None, "pty-peer");
+    let rules = "    files:\n      - paths: [/dev/pts/**]\n        permissions: [read, write]\n        action: deny\n";
+    kernel.apply(&target, policy("pty-peer", rules));
+    kernel.events();
+    assert_eq!(probe(Some(&target), &["pty-peer"]), EPERM);
+    // The first terminal of a fresh devpts instance.
+    reported_once(&mut kernel, "customRules.files[0]", "/dev/pts/0");
+    assert_eq!(probe(None, &["pty-peer"]), Answer::Ok);
 }
 
 /// fanotify: reading an open event makes the kernel open the file for the listener
@@ -338,4 +437,69 @@ fn process_accounting_file_is_decided_like_open() {
 #[test]
 fn swap_file_is_decided_like_open() {
     etc_write_refused("swapon", "/etc/palisade-swap", Answer::Errno(libc::EINVAL));
+}
+
+/// A file of an overlay (how container runtimes mount a container's root) is decided by its path
+/// in the overlay, once. overlayfs then opens the file of the layer behind it for the task,
+/// through security_file_open too: on 6.1 under the overlay path (open_with_fake_path), a repeat
+/// of the decision made, not decided again; on 6.12 under the layer's own path
+/// (backing_file_open), decided by that path, which no rule here names.
+#[test]
+fn overlay_file_is_decided_once_by_its_overlay_path() {
+    let mut kernel = Kernel::new();
+    let (secret, watched) = ("/tmp/overlay/merged/secret", "/tmp/overlay/merged/watched");
+    file("/tmp/overlay/lower/secret");
+    file("/tmp/overlay/lower/watched");
+    sh(
+        "mkdir -p /tmp/overlay/upper /tmp/overlay/work /tmp/overlay/merged \
+        && { grep -q ' /tmp/overlay/merged ' /proc/mounts || mount -t overlay overlay \
+        -o lowerdir=/tmp/overlay/lower,upperdir=/tmp/overlay/upper,workdir=/tmp/overlay/work \
+        /tmp/overlay/merged; }",
+    );
+    let rules = format!(
+        "{}      - paths: [{watched}]\n        permissions: [read]\n        action: audit\n",
+        deny_read(secret)
+    );
+    let target = kernel.cgroup(None, "overlay");
+    kernel.apply(&target, policy("overlay", &rules));
+    kernel.events();
+    assert_eq!(probe(Some(&target), &["read", secret]), EPERM);
+    reported_once(&mut kernel, "customRules.files[0]", secret);
+    assert_eq!(probe(Some(&target), &["read", watched]), Answer::Ok);
+    let events = kernel.events();
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0].action, "audit", "{events:#?}");
+    assert_eq!(events[0].path, watched, "{events:#?}");
+    assert_eq!(probe(None, &["read", secret]), Answer::Ok);
+}
+
+/// binfmt_misc: executing a file of a registered format runs its interpreter, refused by the
+/// interpreter's exec rules as a script's interpreter is; also with the F flag, whose interpreter
+/// the kernel opened at registration and reopens at each exec (file_clone_open, for reading).
+#[test]
+fn binfmt_misc_interpreter_is_decided_like_exec() {
+    let mut kernel = Kernel::new();
+    let interpreter = "/tmp/binfmt/sh"; // busybox: a shell by this name
+    std::fs::create_dir_all("/tmp/binfmt").expect("a directory");
+    std::fs::copy("/bin/busybox", interpreter).expect("copying busybox");
+    let formats = "/proc/sys/fs/binfmt_misc";
+    sh(&format!(
+        "grep -q ' {formats} ' /proc/mounts || mount -t binfmt_misc binfmt_misc {formats}"
+    ));
+    let target = kernel.cgroup(None, "binfmt");
+    let rules = format!("    exec:\n      - paths: [{interpreter}]\n        action: deny\n");
+    kernel.apply(&target, policy("binfmt", &rules));
+    for (format, flags) in [("palisade-opened", ""), ("palisade-fixed", "F")] {
+        // The magic starts a shell comment: the interpreter runs the rest.
+        let program = format!("/tmp/binfmt/{format}");
+        std::fs::write(&program, format!("#{format}\necho ok\n")).expect("the program");
+        sh(&format!(
+            "chmod 755 {program} && {{ [ -e {formats}/{format} ] || \
+             echo ':{format}:M::#{format}::{interpreter}:{flags}' > {formats}/register; }}"
+        ));
+        kernel.events();
+        assert_eq!(probe(Some(&target), &["exec", &program]), EPERM, "{format}");
+        reported_once(&mut kernel, "customRules.exec[0]", interpreter);
+        assert_eq!(probe(None, &["exec", &program]), Answer::Ok, "{format}");
+    }
 }
