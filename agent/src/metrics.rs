@@ -23,7 +23,7 @@ use prometheus_client::{
 
 use crate::bpf::{DecisionCost, ProgramRuns, RuleCounts, RuleLabels, Stats};
 
-/// What the kernel side counts, as of a scrape.
+/// What the kernel side counts, and what the agent did with its events, as of a scrape.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KernelSnapshot {
     pub stats: Stats,
@@ -33,6 +33,20 @@ pub struct KernelSnapshot {
     pub decision_costs: Vec<DecisionCost>,
     /// While cost is measured.
     pub program_runs: Vec<ProgramRuns>,
+    pub agent_events: AgentEventCounts,
+}
+
+/// What became of the events the agent read from the ring buffer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentEventCounts {
+    /// Handed to the sinks (each sink counts what it failed to deliver).
+    pub written: u64,
+    /// Dropped from the agent's full queue: a flood outran the sinks.
+    pub overflowed: u64,
+    /// Records that were not events of this version.
+    pub undecodable: u64,
+    /// Read and not yet handed to the sinks.
+    pub queued: u64,
 }
 
 pub struct Metrics {
@@ -237,6 +251,22 @@ impl Collector for KernelCollector {
                 "Decisions not counted by rule because the kernel's counter map was full",
                 snapshot.stats.uncounted,
             ),
+            (
+                "events_written",
+                "Audit events the agent wrote to its sinks (each sink counts what it failed to \
+                 deliver)",
+                snapshot.agent_events.written,
+            ),
+            (
+                "events_overflowed",
+                "Audit events the agent dropped, the oldest first, when a flood outran its sinks",
+                snapshot.agent_events.overflowed,
+            ),
+            (
+                "events_undecodable",
+                "Ring buffer records that were not audit events of this version",
+                snapshot.agent_events.undecodable,
+            ),
         ];
         for (name, help, value) in counters {
             let counter = ConstCounter::new(value);
@@ -247,6 +277,13 @@ impl Collector for KernelCollector {
                 counter.metric_type(),
             )?)?;
         }
+        let queued = ConstGauge::new(snapshot.agent_events.queued as i64);
+        queued.encode(encoder.encode_descriptor(
+            "events_queued",
+            "Audit events the agent read from the ring buffer and has not yet written",
+            None,
+            queued.metric_type(),
+        )?)?;
         let targets = ConstGauge::new(snapshot.targets as i64);
         targets.encode(encoder.encode_descriptor(
             "targets",
@@ -495,6 +532,12 @@ mod tests {
                 uncounted: 0,
             },
             targets: 4,
+            agent_events: AgentEventCounts {
+                written: 9,
+                overflowed: 3,
+                undecodable: 1,
+                queued: 6,
+            },
             rules: [(
                 rule,
                 RuleCounts {
@@ -547,6 +590,10 @@ mod tests {
         assert_eq!(value("palisade_events_dropped_total"), 2.0);
         assert_eq!(value("palisade_events_throttled_total"), 5.0);
         assert_eq!(value("palisade_undecided_total"), 1.0);
+        assert_eq!(value("palisade_events_written_total"), 9.0);
+        assert_eq!(value("palisade_events_overflowed_total"), 3.0);
+        assert_eq!(value("palisade_events_undecodable_total"), 1.0);
+        assert_eq!(value("palisade_events_queued"), 6.0);
         assert_eq!(value("palisade_targets"), 4.0);
         assert_eq!(value("palisade_policies"), 3.0);
         assert_eq!(value("palisade_rule_decisions_total"), 14.0);

@@ -125,6 +125,15 @@ pub struct ThroughputSample {
     pub throttled: u64,
     /// Events the rule module kept.
     pub kept: u64,
+    /// Events the rule module dropped.
+    #[serde(default)]
+    pub module_dropped: u64,
+    /// Events the agent read and dropped: its queue overflowed, or the record was no event.
+    #[serde(default)]
+    pub agent_dropped: u64,
+    /// Events the agent read and had not written yet when the sample ended.
+    #[serde(default)]
+    pub queued: u64,
     /// Events written by the sink.
     pub written: u64,
     pub agent_cpu_seconds: f64,

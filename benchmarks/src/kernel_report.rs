@@ -586,7 +586,7 @@ fn throughput_rows(kernel: &Kernel) -> Vec<&ThroughputSample> {
 
 fn throughput_table(kernels: &[Kernel]) -> String {
     let mut md = String::from(
-        "\n## Event throughput\n\nDenials through the ring buffer, the decoder, a Wasm rule module's decide and the file sink (no rate limit). Accounted: produced = submitted + dropped + throttled.\n\n",
+        "\n## Event throughput\n\nDenials through the ring buffer, the decoder, a Wasm rule module's decide and the file sink (no rate limit). Accounted: produced = written + dropped by the rule module, the agent or the kernel + throttled + still queued.\n\n",
     );
     md += &table_head(
         &["kernel"],
@@ -594,7 +594,8 @@ fn throughput_table(kernels: &[Kernel]) -> String {
             "offered/s",
             "produced/s",
             "written/s",
-            "dropped",
+            "dropped in kernel",
+            "dropped in agent",
             "throttled",
             "kept",
             "agent CPU",
@@ -607,17 +608,21 @@ fn throughput_table(kernels: &[Kernel]) -> String {
             let rate =
                 |count| per_second(count, row).map_or("-".into(), |rate| format!("{rate:.0}"));
             let diff = i128::from(row.produced)
-                - i128::from(row.submitted)
+                - i128::from(row.written)
+                - i128::from(row.module_dropped)
+                - i128::from(row.agent_dropped)
                 - i128::from(row.dropped)
-                - i128::from(row.throttled);
+                - i128::from(row.throttled)
+                - i128::from(row.queued);
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {:.0}% | {:.1} MiB | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0}% | {:.1} MiB | {} |",
                 kernel.label,
                 rate_label(row.offered_per_second),
                 rate(row.produced),
                 rate(row.written),
                 row.dropped,
+                row.agent_dropped,
                 row.throttled,
                 row.kept,
                 row.agent_cpu_seconds / row.seconds * 100.0,

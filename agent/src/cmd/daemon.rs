@@ -145,6 +145,20 @@ fn is_policy_file(path: &Path) -> bool {
 }
 
 impl PolicyDir {
+    /// Whether the watcher's `event` may have changed the policies. Opening and reading the
+    /// files, as each reconcile does, changes nothing: woken by its own reads, the agent
+    /// reconciled over and over, its event reader starved. A watcher error may hide a change.
+    fn changed_by(event: &notify::Result<notify::Event>) -> bool {
+        use notify::{
+            EventKind,
+            event::{AccessKind, AccessMode},
+        };
+        event.as_ref().map_or(true, |event| match event.kind {
+            EventKind::Access(kind) => kind == AccessKind::Close(AccessMode::Write),
+            _ => true,
+        })
+    }
+
     pub fn new(
         dir: PathBuf,
         cgroups: Hierarchy,
@@ -482,8 +496,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut dir_watcher = None;
     let mut source = match &args.policy_dir {
         Some(dir) => {
-            let mut watcher = notify::recommended_watcher(move |_| {
-                let _ = changed_tx.try_send(());
+            let mut watcher = notify::recommended_watcher(move |event| {
+                if PolicyDir::changed_by(&event) {
+                    let _ = changed_tx.try_send(());
+                }
             })?;
             watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
             dir_watcher = Some(watcher);
@@ -544,7 +560,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             ready = session.events_ready() => { ready?; session.pump(); }
             _ = losses.tick() => session.report_losses(),
             Some(reply) = snapshot_requests.recv() => {
-                let _ = reply.send(kernel_snapshot(&session.enforcer));
+                let _ = reply.send(snapshot(&session));
             }
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
@@ -569,19 +585,22 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn kernel_snapshot(enforcer: &Enforcer) -> KernelSnapshot {
+/// The counters `/metrics` reports: the kernel's, and what the agent did with its events.
+fn snapshot(session: &Session) -> KernelSnapshot {
     fn or_default<T: Default>(read: Result<T, impl std::fmt::Display>) -> T {
         read.unwrap_or_else(|err| {
             warn!("reading the kernel's counters: {err}");
             T::default()
         })
     }
+    let enforcer = &session.enforcer;
     KernelSnapshot {
         stats: or_default(enforcer.stats()),
         targets: enforcer.target_count() as u64,
         rules: or_default(enforcer.rule_counts()),
         decision_costs: or_default(enforcer.decision_costs()),
         program_runs: enforcer.program_runs(),
+        agent_events: session.event_counts(),
     }
 }
 
@@ -597,6 +616,31 @@ pub fn cleanup(bpffs: &Path) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::targets::FakeKernel;
+
+    #[test]
+    fn only_a_change_of_the_directory_wakes_the_agent() {
+        use notify::{
+            Event, EventKind,
+            event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind},
+        };
+        let changed = |kind| PolicyDir::changed_by(&Ok(Event::new(kind)));
+        assert!(!changed(EventKind::Access(AccessKind::Open(
+            AccessMode::Any
+        ))));
+        assert!(!changed(EventKind::Access(AccessKind::Read)));
+        assert!(!changed(EventKind::Access(AccessKind::Close(
+            AccessMode::Read
+        ))));
+        assert!(changed(EventKind::Access(AccessKind::Close(
+            AccessMode::Write
+        ))));
+        assert!(changed(EventKind::Create(CreateKind::File)));
+        assert!(changed(EventKind::Modify(ModifyKind::Any)));
+        assert!(changed(EventKind::Remove(RemoveKind::File)));
+        assert!(PolicyDir::changed_by(&Err(notify::Error::generic(
+            "queue overflow"
+        ))));
+    }
 
     struct Setup {
         base: PathBuf,

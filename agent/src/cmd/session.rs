@@ -1,7 +1,12 @@
 //! What `run` and `agent` share: the loaded programs, the flow of events to their sink, and the
 //! accounting of anything lost on the way.
 
-use std::{fs::OpenOptions, io::Write, path::Path};
+use std::{
+    fs::OpenOptions,
+    io::Write,
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
 use tracing::warn;
@@ -9,8 +14,12 @@ use tracing::warn;
 use crate::{
     bpf::{Enforcer, Stats},
     events::{Deciding, Decoder, EventReader, JsonLines, RotatingFile, Rotation, Sink},
+    metrics::AgentEventCounts,
     targets::PodRegistry,
 };
+
+/// How long a stopping agent goes on writing the events already submitted.
+const STOP_WRITING: Duration = Duration::from_secs(5);
 
 pub struct Session {
     pub enforcer: Enforcer,
@@ -26,6 +35,7 @@ pub struct Session {
 struct Losses {
     kernel: Stats,
     undecodable: u64,
+    overflowed: u64,
     /// By sink, in the order of `sinks`.
     sinks: Vec<u64>,
 }
@@ -103,10 +113,31 @@ impl Session {
         self.backlog = self.events.drain(&mut self.sinks);
     }
 
-    /// Hands every pending event to the sinks (when stopping).
+    /// Hands the pending events to the sinks when stopping, for at most `STOP_WRITING`: a flood
+    /// that goes on cannot hold the agent up. What is left unread is reported.
     pub fn pump_all(&mut self) {
-        while self.events.drain(&mut self.sinks) {}
+        let deadline = Instant::now() + STOP_WRITING;
+        while self.events.drain(&mut self.sinks) {
+            if Instant::now() >= deadline {
+                warn!(
+                    queued = self.events.queued(),
+                    "stopping with audit events unread (those queued, and the ring buffer's): \
+                     a flood outlasted the time given to write them"
+                );
+                break;
+            }
+        }
         self.backlog = false;
+    }
+
+    /// What became of the events read from the ring buffer.
+    pub fn event_counts(&self) -> AgentEventCounts {
+        AgentEventCounts {
+            written: self.events.written,
+            overflowed: self.events.overflowed,
+            undecodable: self.events.undecodable,
+            queued: self.events.queued() as u64,
+        }
     }
 
     /// Warns about events lost or suppressed since the last report: never silent.
@@ -121,6 +152,7 @@ impl Session {
         let now = Losses {
             kernel,
             undecodable: self.events.undecodable,
+            overflowed: self.events.overflowed,
             sinks: self.sinks.iter().map(|sink| sink.lost()).collect(),
         };
         let before = std::mem::replace(&mut self.reported, now.clone());
@@ -164,6 +196,11 @@ impl Session {
                 "ring buffer records that are not events of this version",
                 now.undecodable,
                 before.undecodable,
+            ),
+            (
+                "audit events dropped by the agent: a flood outran the sinks (the oldest went)",
+                now.overflowed,
+                before.overflowed,
             ),
         ];
         for (what, total, reported) in losses {

@@ -181,13 +181,18 @@ impl Decoder {
         }
     }
 
-    /// Decodes one ring buffer record; `None` if it is not an event of this version.
-    pub fn decode(&self, bytes: &[u8]) -> Option<Decoded> {
+    /// The event of one ring buffer record, copied out; `None` if it is not an event of this
+    /// version.
+    pub fn read(bytes: &[u8]) -> Option<Event> {
         if bytes.len() < size_of::<Event>() {
             return None;
         }
         // SAFETY: Event is a plain C struct valid for any bit pattern; the length was checked.
-        let event: Event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+        Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) })
+    }
+
+    /// Names an event's policy, rule and target.
+    pub fn decode(&self, event: &Event) -> Decoded {
         let installed = self.registry.get(event.policy_id);
         let hook = event.hook;
         let rule = installed
@@ -277,9 +282,9 @@ impl Decoder {
             )
             .then_some(event.arg),
         };
-        Some(Decoded {
+        Decoded {
             event,
             policy: installed,
-        })
+        }
     }
 }

@@ -171,6 +171,9 @@ struct Counters {
     dropped: f64,
     throttled: f64,
     kept: f64,
+    module_dropped: f64,
+    agent_dropped: f64,
+    queued: f64,
     written: u64,
     cpu_seconds: f64,
 }
@@ -185,7 +188,17 @@ fn counters(agent: &Agent) -> anyhow::Result<Counters> {
         submitted: scrape.sum("palisade_events_total"),
         dropped: scrape.sum("palisade_events_dropped_total"),
         throttled: scrape.sum("palisade_events_throttled_total"),
-        kept: scrape.sum("palisade_rule_module_verdicts_total"),
+        kept: scrape.sum_with(
+            "palisade_rule_module_verdicts_total",
+            &[("verdict", "keep")],
+        ),
+        module_dropped: scrape.sum_with(
+            "palisade_rule_module_verdicts_total",
+            &[("verdict", "drop")],
+        ),
+        agent_dropped: scrape.sum("palisade_events_overflowed_total")
+            + scrape.sum("palisade_events_undecodable_total"),
+        queued: scrape.sum("palisade_events_queued"),
         written,
         cpu_seconds: process_usage(agent.pid())?.1,
     })
@@ -261,6 +274,9 @@ pub fn throughput(
             dropped: (after.dropped - before.dropped) as u64,
             throttled: (after.throttled - before.throttled) as u64,
             kept: (after.kept - before.kept) as u64,
+            module_dropped: (after.module_dropped - before.module_dropped) as u64,
+            agent_dropped: (after.agent_dropped - before.agent_dropped) as u64,
+            queued: after.queued as u64,
             written: after.written - before.written,
             agent_cpu_seconds: after.cpu_seconds - before.cpu_seconds,
             agent_rss_bytes: process_usage(agent.pid())?.0,

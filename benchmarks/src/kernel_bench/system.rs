@@ -85,11 +85,21 @@ pub struct Scrape(prometheus_parse::Scrape);
 impl Scrape {
     /// The sum of the samples of `name` (all label sets); the count of a histogram.
     pub fn sum(&self, name: &str) -> f64 {
+        self.sum_with(name, &[])
+    }
+
+    /// The sum of the samples of `name` that have `labels`.
+    pub fn sum_with(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         use prometheus_parse::Value;
         self.0
             .samples
             .iter()
-            .filter(|sample| sample.metric == name)
+            .filter(|sample| {
+                sample.metric == name
+                    && labels
+                        .iter()
+                        .all(|(key, value)| sample.labels.get(key) == Some(*value))
+            })
             .map(|sample| match &sample.value {
                 Value::Counter(value) | Value::Gauge(value) | Value::Untyped(value) => *value,
                 Value::Histogram(buckets) => buckets

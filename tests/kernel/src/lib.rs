@@ -250,7 +250,8 @@ impl Kernel {
         while decoded.len() < RING_CAPACITY
             && let Some(record) = events.next()
         {
-            decoded.push(decoder.decode(&record).expect("a decodable event").event);
+            let event = Decoder::read(&record).expect("a decodable event");
+            decoded.push(decoder.decode(&event).event);
         }
         decoded
     }

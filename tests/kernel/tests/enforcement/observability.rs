@@ -369,6 +369,97 @@ fn a_flood_of_violations_is_throttled_in_the_kernel_and_every_denial_still_happe
     }
 }
 
+/// A flood of violations far beyond what the agent can write (unpaced reads for 5 s, the ring
+/// buffer overflowing) and then a trickle (20 a second for 5 s): the agent keeps writing, every
+/// event of the trickle is written, and every decision is accounted for: written, dropped by the
+/// kernel (ring buffer full) or by the agent (its queue full), throttled, or still queued. An
+/// agent stopped during a flood stops in bounded time.
+#[test]
+fn a_flood_never_blinds_the_event_pipeline() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "blind");
+    let (flood, trickle) = (file("/tmp/blind/flood"), file("/tmp/blind/trickle"));
+    let dir = fresh_dir("/tmp/blind-policies");
+    let cgroup = target.path.to_str().unwrap();
+    let denied = format!("{flood}, {trickle}");
+    write_policy(&format!("{dir}/app.yaml"), "blind", cgroup, &denied);
+    let bpffs = "/sys/fs/bpf/palisade-test-blind";
+    let agent = Agent::start_with(dir, bpffs, "blind", &["--audit-rate", "0"]);
+    wait_until_ready(&agent);
+    let prober = Prober::start(&target, flood, "/tmp/blind/stop");
+    std::thread::sleep(Duration::from_secs(5));
+    let flooded = prober.finish();
+    assert_eq!((flooded.ok, flooded.other), (0, 0), "{flooded:?}");
+    let trickled = 100;
+    for _ in 0..trickled {
+        assert_eq!(probe(Some(&target), &["read", trickle]), EPERM);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lines = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string("/tmp/blind-events.jsonl")
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    };
+    // Within moments, every event submitted is written or counted as dropped by the agent.
+    let started = Instant::now();
+    let (written, scrape) = loop {
+        let scrape = Scrape::now();
+        let written = lines();
+        let handled = written.len() as f64
+            + scrape.value("palisade_events_overflowed_total", &[])
+            + scrape.value("palisade_events_undecodable_total", &[]);
+        let submitted = scrape.value("palisade_events_total", &[]);
+        if handled == submitted {
+            assert_eq!(scrape.value("palisade_events_queued", &[]), 0.0);
+            break (written, scrape);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{handled} events handled of {submitted} submitted: {}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let denied = scrape.value("palisade_rule_decisions_total", &[("policy", "blind")]);
+    assert_eq!(denied, (flooded.eperm + trickled) as f64);
+    let submitted = scrape.value("palisade_events_total", &[]);
+    assert!(written.len() > 4 * 1024, "{} events written", written.len());
+    assert_eq!(
+        scrape.value("palisade_events_written_total", &[]),
+        written.len() as f64
+    );
+    let dropped = scrape.value("palisade_events_dropped_total", &[]);
+    let throttled = scrape.value("palisade_events_throttled_total", &[]);
+    assert_eq!(
+        submitted + dropped + throttled,
+        denied,
+        "every decision accounted for"
+    );
+    let trickle_events = written
+        .iter()
+        .filter(|event| event["path"] == trickle)
+        .count();
+    assert_eq!(
+        trickle_events,
+        trickled as usize,
+        "every event of the trickle written ({} written, {dropped} dropped)",
+        written.len()
+    );
+    // Stopping during a flood ends in bounded time, and says what was left unread.
+    let prober = Prober::start(&target, flood, "/tmp/blind/stop");
+    std::thread::sleep(Duration::from_secs(1));
+    let stopping = Instant::now();
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    let took = stopping.elapsed();
+    prober.finish();
+    assert!(stopped, "{log}");
+    assert!(took < Duration::from_secs(20), "stopping took {took:?}");
+    assert!(log.contains("stopping with audit events unread"), "{log}");
+    cleanup_agent(bpffs);
+}
+
 #[test]
 fn ring_buffer_overflow_is_counted_not_silent() {
     let mut kernel = Kernel::new();

@@ -238,7 +238,8 @@ fn a_changed_module_config_is_swapped_in_with_events_flowing_and_none_lost() {
     let decisions = Scrape::now().value("palisade_rule_decisions_total", &rule);
     assert_eq!(decisions, report.eperm as f64, "every denial counted");
     // Every decision ends up written, dropped by the module's verdict, or counted as lost in
-    // the kernel, once the agent has read the ring buffer to the end.
+    // the kernel (ring buffer full) or in the agent (queue full), once the agent has read the
+    // ring buffer to the end.
     let kept = || {
         // Audit events, not the failures reported beside them; counted without parsing.
         std::fs::read_to_string("/tmp/reload-events.jsonl")
@@ -262,7 +263,10 @@ fn a_changed_module_config_is_swapped_in_with_events_flowing_and_none_lost() {
                 &[("module", "protect-files"), ("verdict", "drop")],
             )
             .unwrap_or(0.0);
-        accounted = kept() + dropped + scrape.value("palisade_events_dropped_total", &[]);
+        accounted = kept()
+            + dropped
+            + scrape.value("palisade_events_dropped_total", &[])
+            + scrape.value("palisade_events_overflowed_total", &[]);
     }
     let (stopped, log) = agent.stop(libc::SIGTERM);
     assert!(stopped, "{log}");
