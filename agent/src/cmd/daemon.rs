@@ -21,10 +21,10 @@ use tokio::{
 };
 use tracing::{error, info, warn};
 
-use super::session::Session;
+use super::session::{Session, json_sink};
 use crate::{
     bpf::{AuditRate, Enforcer, PinnedState},
-    events::{Deciding, FalcoSink, JsonLines, Rotation},
+    events::{Deciding, FalcoSink, JsonLines, Rotation, Sink},
     http::Endpoints,
     k8s::{Cluster, Reconciler},
     metrics::{KernelSnapshot, Metrics},
@@ -34,6 +34,11 @@ use crate::{
 };
 
 const RESYNC_INTERVAL: Duration = Duration::from_secs(2);
+/// The control loop's nice value. Its work (reconciling policies, serving `/metrics` and
+/// `/healthz`, copying the ring buffer into the event queue) is short and must not wait behind
+/// the event worker or the targets when CPUs are busy: it wins the CPU when it has work and
+/// costs nothing when it has none.
+const CONTROL_NICE: i32 = -10;
 /// How long a stopping agent keeps trying to deliver queued events to Falcosidekick.
 const FALCO_GRACE: Duration = Duration::from_secs(5);
 
@@ -447,23 +452,23 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     );
     // Which pod a cgroup is: the Kubernetes reconciler knows, audit events say.
     let pods = PodRegistry::default();
-    let mut session = Session::start(
-        enforcer,
-        deciding,
+    let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(json_sink(
         args.events.as_deref(),
         args.events_rotation(),
         JsonLines::new("stdout", Box::new(std::io::stdout())),
-        pods.clone(),
-    )?;
+    )?)];
     let falco_worker = match &args.falcosidekick_url {
         Some(url) => {
             let (sink, worker) =
                 FalcoSink::start(url, args.falcosidekick_queue, metrics.http_sink.clone())?;
-            session.add_sink(Box::new(sink));
+            sinks.push(Box::new(sink));
             Some(worker)
         }
         None => None,
     };
+    let mut session = Session::start(enforcer, deciding, sinks, pods.clone())?;
+    // After the event worker started: it keeps the default priority.
+    prioritise_this_thread();
     // Compiled modules are loaded as native code: only root may write there, and no target.
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -558,7 +563,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 reconcile(&mut source, &mut session.enforcer, &mut retired);
             }
             ready = session.events_ready() => { ready?; session.pump(); }
-            _ = losses.tick() => session.report_losses(),
+            _ = losses.tick() => {
+                session.report_losses();
+                session.check_worker()?;
+            }
             Some(reply) = snapshot_requests.recv() => {
                 let _ = reply.send(snapshot(&session));
             }
@@ -568,7 +576,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
     server.abort();
     drop(dir_watcher);
-    session.pump_all();
+    session.stop_events();
     session.report_losses();
     drop(session);
     if let Some(worker) = falco_worker
@@ -583,6 +591,17 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         "agent stopped; enforcement stays pinned in the kernel (`palisade agent --cleanup` ends it)"
     );
     Ok(())
+}
+
+/// Runs the calling thread (and the threads it starts from now on) at `CONTROL_NICE`.
+fn prioritise_this_thread() {
+    // SAFETY: no memory is passed; on Linux the nice value is the calling thread's.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, CONTROL_NICE) } != 0 {
+        warn!(
+            "raising the control loop's priority: {}; a busy event worker may slow it down",
+            std::io::Error::last_os_error()
+        );
+    }
 }
 
 /// The counters `/metrics` reports: the kernel's, and what the agent did with its events.

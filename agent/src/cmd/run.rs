@@ -6,7 +6,7 @@ use anyhow::Context;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{info, warn};
 
-use super::session::Session;
+use super::session::{Session, json_sink};
 use crate::{
     events::{Deciding, JsonLines},
     metrics::RuleModuleMetrics,
@@ -38,12 +38,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     let enforcer = crate::bpf::Enforcer::load().context("cannot enforce")?;
     let cgroups = Hierarchy::find()?;
     let deciding = Deciding::new(host, RuleModuleMetrics::default(), cgroups.mount.clone());
-    let mut session = Session::start(
-        enforcer,
-        deciding,
+    let sink = json_sink(
         args.events.as_deref(),
         None,
         JsonLines::new("stderr", Box::new(std::io::stderr())),
+    )?;
+    let mut session = Session::start(
+        enforcer,
+        deciding,
+        vec![Box::new(sink)],
         PodRegistry::default(),
     )?;
     let mut own_files = vec![args.policy.as_path()];
@@ -61,7 +64,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
         &mut signals,
     )
     .await;
-    session.pump_all();
+    session.stop_events();
     session.report_losses();
     // Processes the command left behind would keep the cgroup alive.
     let _ = std::fs::write(cgroup.path.join("cgroup.kill"), "1");

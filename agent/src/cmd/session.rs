@@ -5,6 +5,7 @@ use std::{
     fs::OpenOptions,
     io::Write,
     path::Path,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -13,7 +14,10 @@ use tracing::warn;
 
 use crate::{
     bpf::{Enforcer, Stats},
-    events::{Deciding, Decoder, EventReader, JsonLines, RotatingFile, Rotation, Sink},
+    events::{
+        Deciding, Decoder, EventQueue, EventReader, EventWorker, JsonLines, RotatingFile, Rotation,
+        Sink,
+    },
     metrics::AgentEventCounts,
     targets::PodRegistry,
 };
@@ -23,9 +27,12 @@ const STOP_WRITING: Duration = Duration::from_secs(5);
 
 pub struct Session {
     pub enforcer: Enforcer,
-    events: EventReader,
-    sinks: Vec<Box<dyn Sink>>,
-    /// The last drain stopped at its batch limit: drain again without waiting.
+    reader: EventReader,
+    queue: Arc<EventQueue>,
+    worker: EventWorker,
+    /// The sinks' names, in the order the worker holds them.
+    sink_names: Vec<String>,
+    /// The last read stopped at its limit: read again without waiting.
     backlog: bool,
     /// Losses already reported.
     reported: Losses,
@@ -36,8 +43,32 @@ struct Losses {
     kernel: Stats,
     undecodable: u64,
     overflowed: u64,
-    /// By sink, in the order of `sinks`.
+    /// By sink, in the order of `sink_names`.
     sinks: Vec<u64>,
+}
+
+/// JSON lines into `events` (appended to, and rotated by size if `rotation` says so), or into
+/// `default_sink`.
+pub fn json_sink(
+    events: Option<&Path>,
+    rotation: Option<Rotation>,
+    default_sink: JsonLines,
+) -> anyhow::Result<JsonLines> {
+    let Some(path) = events else {
+        return Ok(default_sink);
+    };
+    let opening = || format!("opening the event file {}", path.display());
+    let writer: Box<dyn Write + Send> = match rotation {
+        Some(rotation) => Box::new(RotatingFile::open(path, rotation).with_context(opening)?),
+        None => Box::new(
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(opening)?,
+        ),
+    };
+    Ok(JsonLines::new(path.display().to_string(), writer))
 }
 
 impl Session {
@@ -50,52 +81,32 @@ impl Session {
         Ok(())
     }
 
-    /// Reads `enforcer`'s events, has `deciding` apply their rule modules' verdicts, and writes
-    /// them as JSON lines into `events` (appended to, and rotated by size if `rotation` says so)
-    /// or into `default_sink`.
+    /// Reads `enforcer`'s events and starts the worker that has `deciding` apply their rule
+    /// modules' verdicts and writes them to `sinks`.
     pub fn start(
         mut enforcer: Enforcer,
         deciding: Deciding,
-        events: Option<&Path>,
-        rotation: Option<Rotation>,
-        default_sink: JsonLines,
+        sinks: Vec<Box<dyn Sink>>,
         pods: PodRegistry,
     ) -> anyhow::Result<Self> {
-        let sink = match events {
-            None => default_sink,
-            Some(path) => {
-                let opening = || format!("opening the event file {}", path.display());
-                let writer: Box<dyn Write + Send> = match rotation {
-                    Some(rotation) => {
-                        Box::new(RotatingFile::open(path, rotation).with_context(opening)?)
-                    }
-                    None => Box::new(
-                        OpenOptions::new()
-                            .create(true)
-                            .append(true)
-                            .open(path)
-                            .with_context(opening)?,
-                    ),
-                };
-                JsonLines::new(path.display().to_string(), writer)
-            }
-        };
         let ring = enforcer
             .take_events()
             .context("the event ring buffer is missing")?;
-        let events = EventReader::new(ring, Decoder::new(enforcer.registry(), pods), deciding)?;
+        let queue = Arc::new(EventQueue::default());
+        let reader = EventReader::new(ring, queue.clone())?;
+        let sink_names = sinks.iter().map(|sink| sink.name().to_owned()).collect();
+        let decoder = Decoder::new(enforcer.registry(), pods);
+        let worker = EventWorker::start(queue.clone(), decoder, deciding, sinks)
+            .context("starting the event worker")?;
         Ok(Self {
             enforcer,
-            events,
-            sinks: vec![Box::new(sink)],
+            reader,
+            queue,
+            worker,
+            sink_names,
             backlog: false,
             reported: Losses::default(),
         })
-    }
-
-    /// Sends every event to `sink` too.
-    pub fn add_sink(&mut self, sink: Box<dyn Sink>) {
-        self.sinks.push(sink);
     }
 
     /// Resolves when there are events to `pump`.
@@ -104,40 +115,50 @@ impl Session {
             tokio::task::yield_now().await;
             Ok(())
         } else {
-            self.events.ready().await
+            self.reader.ready().await
         }
     }
 
-    /// Writes a batch of events to the sink.
+    /// Moves the kernel's events into the worker's queue.
     pub fn pump(&mut self) {
-        self.backlog = self.events.drain(&mut self.sinks);
+        self.backlog = !self.reader.read().emptied;
     }
 
-    /// Hands the pending events to the sinks when stopping, for at most `STOP_WRITING`: a flood
-    /// that goes on cannot hold the agent up. What is left unread is reported.
-    pub fn pump_all(&mut self) {
+    /// When stopping: has the worker write the events the kernel submitted, for at most
+    /// `STOP_WRITING` (a flood that goes on cannot hold the agent up), then stops it. What is left
+    /// unread is reported.
+    pub fn stop_events(&mut self) {
         let deadline = Instant::now() + STOP_WRITING;
-        while self.events.drain(&mut self.sinks) {
+        loop {
+            let handled = self.queue.wait_until_handled(Duration::from_millis(50));
+            if self.reader.read().records == 0 && handled {
+                break;
+            }
             if Instant::now() >= deadline {
                 warn!(
-                    queued = self.events.queued(),
+                    queued = self.queue.counts().queued,
                     "stopping with audit events unread (those queued, and the ring buffer's): \
                      a flood outlasted the time given to write them"
                 );
                 break;
             }
         }
+        self.worker.stop();
         self.backlog = false;
+    }
+
+    /// Errs when the event worker stopped on its own (it panicked): events would pile up unread.
+    pub fn check_worker(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.worker.is_running(),
+            "the event worker stopped: audit events are no longer written"
+        );
+        Ok(())
     }
 
     /// What became of the events read from the ring buffer.
     pub fn event_counts(&self) -> AgentEventCounts {
-        AgentEventCounts {
-            written: self.events.written,
-            overflowed: self.events.overflowed,
-            undecodable: self.events.undecodable,
-            queued: self.events.queued() as u64,
-        }
+        self.queue.counts()
     }
 
     /// Warns about events lost or suppressed since the last report: never silent.
@@ -149,24 +170,23 @@ impl Session {
                 return;
             }
         };
+        let counts = self.queue.counts();
         let now = Losses {
             kernel,
-            undecodable: self.events.undecodable,
-            overflowed: self.events.overflowed,
-            sinks: self.sinks.iter().map(|sink| sink.lost()).collect(),
+            undecodable: counts.undecodable,
+            overflowed: counts.overflowed,
+            sinks: self.queue.sink_losses(),
         };
         let before = std::mem::replace(&mut self.reported, now.clone());
-        for (index, sink) in self.sinks.iter().enumerate() {
+        for (index, sink) in self.sink_names.iter().enumerate() {
             let (total, reported) = (
-                now.sinks[index],
+                now.sinks.get(index).copied().unwrap_or(0),
                 before.sinks.get(index).copied().unwrap_or(0),
             );
             if total > reported {
                 warn!(
                     new = total - reported,
-                    total,
-                    sink = sink.name(),
-                    "audit events lost by a sink"
+                    total, sink, "audit events lost by a sink"
                 );
             }
         }

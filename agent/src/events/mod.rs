@@ -1,15 +1,20 @@
-//! Audit events from the kernel: decoding, naming (policy, rule, target), and the sinks they go
-//! to (JSON lines, Falcosidekick).
+//! Audit events from the kernel: read from the ring buffer into a bounded queue, then decoded,
+//! named (policy, rule, target) and decided by rule modules on a worker thread, and written to
+//! the sinks (JSON lines, Falcosidekick).
 
 mod decide;
 mod falco;
+mod queue;
 mod reader;
 mod sink;
+mod worker;
 
 pub use decide::{Decided, Deciding, Decoded};
 pub use falco::{FalcoSink, FalcoWorker};
+pub use queue::EventQueue;
 pub use reader::EventReader;
 pub use sink::{JsonLines, RotatingFile, Rotation, Sink};
+pub use worker::EventWorker;
 
 use std::{
     collections::BTreeMap,

@@ -12,6 +12,7 @@ use palisade_kernel_tests::{EPERM, Kernel, binary, file, probe, spawn_probe};
 use super::{
     Agent, cleanup_agent, fresh_dir,
     observability::{Scrape, dashboard_reads_only_exported_metrics, http_get, wait_until_ready},
+    write_policy,
 };
 
 /// Copies the module `name` (built into the VM image) into `dir`; returns its SHA-256 digest.
@@ -194,6 +195,105 @@ fn a_misbehaving_module_is_contained_and_the_agent_keeps_serving() {
     assert_eq!(failures[0]["module"], "misbehaving");
     assert_eq!(failures[0]["failure"], "timeout");
     assert_eq!(failures[0]["on_failure"], "keep");
+}
+
+/// A module that burns its whole budget on every batch holds up only the events it decides:
+/// `/metrics` and `/healthz` answer within 50 ms (p99), a new policy is enforced at once, and
+/// every event is still written once its batch times out.
+#[test]
+fn a_module_burning_its_budget_holds_up_neither_endpoints_nor_policies() {
+    let mut kernel = Kernel::new();
+    let burning = kernel.cgroup(None, "burning");
+    let late = kernel.cgroup(None, "late");
+    let secret = file("/tmp/burning/secret");
+    let dir = fresh_dir("/tmp/burning-policies");
+    let digest = install_module("misbehaving", dir);
+    module_policy(
+        &format!("{dir}/burning.yaml"),
+        "burning",
+        burning.path.to_str().unwrap(),
+        "misbehaving",
+        &digest,
+        &format!("{{deny: {secret}, decide: loop}}"),
+    );
+    let bpffs = "/sys/fs/bpf/palisade-test-burning";
+    let agent = Agent::start_with(dir, bpffs, "burning", &["--audit-rate", "0"]);
+    wait_until_ready(&agent);
+    // Denials all along, so that the worker always has a batch to burn a budget on.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (stop, burning) = (stop.clone(), burning.clone());
+        std::thread::spawn(move || {
+            let mut denied = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                assert_eq!(probe(Some(&burning), &["read", secret]), EPERM);
+                denied += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            denied
+        })
+    };
+    let budget_spent = || {
+        Scrape::now()
+            .get(
+                "palisade_rule_module_failures_total",
+                &[("module", "misbehaving"), ("kind", "timeout")],
+            )
+            .unwrap_or(0.0)
+    };
+    wait_for("a budget burnt", || budget_spent() >= 1.0);
+    let measuring = Instant::now();
+    let mut latencies = Vec::new();
+    for path in ["/metrics", "/healthz"].repeat(100) {
+        let started = Instant::now();
+        assert_eq!(http_get(path).unwrap().0, 200);
+        latencies.push((started.elapsed(), path, started - measuring));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    latencies.sort();
+    let p99 = latencies[latencies.len() * 99 / 100 - 1].0;
+    let slowest = &latencies[latencies.len() - 10..];
+    // A new policy, enforced while the module burns: the agent waits 200 ms for a burst of
+    // file changes to settle, then reconciles.
+    let other = file("/tmp/burning/other");
+    let written = Instant::now();
+    write_policy(
+        &format!("{dir}/late.yaml"),
+        "late",
+        late.path.to_str().unwrap(),
+        other,
+    );
+    while probe(Some(&late), &["read", other]) != EPERM {
+        assert!(
+            written.elapsed() < Duration::from_secs(30),
+            "never enforced"
+        );
+    }
+    let enforced_after = written.elapsed();
+    let burnt = budget_spent();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let denied = load.join().unwrap();
+    assert!(burnt >= 10.0, "{burnt} budgets burnt");
+    assert!(
+        p99 < Duration::from_millis(50),
+        "p99 {p99:?}, median {:?}; the slowest (latency, path, when): {slowest:?}",
+        latencies[latencies.len() / 2].0
+    );
+    assert!(
+        enforced_after < Duration::from_secs(1),
+        "enforced after {enforced_after:?}"
+    );
+    // onFailure keeps the events: every one is written.
+    wait_for("every event written", || {
+        events("burning")
+            .iter()
+            .filter(|event| event["path"] == secret)
+            .count()
+            == denied
+    });
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
 }
 
 #[test]
