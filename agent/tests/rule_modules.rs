@@ -334,6 +334,42 @@ fn a_misbehaving_module_is_stopped_within_its_budget_and_the_host_goes_on() {
 }
 
 #[test]
+fn a_kept_instance_decides_again_and_again_within_one_memory_limit() {
+    let host = RuleHost::new(None).unwrap();
+    let (path, digest) = module("tests/rules/misbehaving");
+    let loaded = host.load(&path, &digest).unwrap();
+    let event = Event {
+        hook: "file_open".to_owned(),
+        action: "deny".to_owned(),
+        policy: "test".to_owned(),
+        rule: "bad/deny".to_owned(),
+        pid: 1,
+        uid: 0,
+        comm: "cat".to_owned(),
+        path: "/etc/shadow".to_owned(),
+        json: "{}".to_owned(),
+    };
+    let mut instance = loaded.instantiate().unwrap();
+    for _ in 0..200 {
+        let verdicts = instance.decide("{}", std::slice::from_ref(&event)).unwrap();
+        assert!(verdicts[0].keep);
+    }
+    // 1 MiB kept per call: each call fits, the instance's memory does not (64 MiB).
+    let leak = r#"{"decide": "leak"}"#;
+    let calls = (1..=100)
+        .find(|_| {
+            instance
+                .decide(leak, std::slice::from_ref(&event))
+                .is_err_and(|err| err.kind() == Some(FailureKind::Memory))
+        })
+        .expect("the leaking instance was stopped");
+    assert!((50..=64).contains(&calls), "stopped after {calls} calls");
+    // A fresh instance starts with its whole memory.
+    let mut fresh = loaded.instantiate().unwrap();
+    assert!(fresh.decide(leak, std::slice::from_ref(&event)).is_ok());
+}
+
+#[test]
 fn the_example_module_rates_silences_and_asks_to_kill() {
     let host = RuleHost::new(None).unwrap();
     let (path, digest) = module("rules/examples/protect-files");

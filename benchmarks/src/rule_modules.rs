@@ -1,6 +1,8 @@
 //! Rule modules: what deciding one audit event costs natively, in a Rust module (a component)
-//! and in a Rego module (OPA Wasm), in batches of 1 and 64 events; and what loading a policy
-//! with a module costs (compiling the module, from the compiled-module cache, already loaded).
+//! and in a Rego module (OPA Wasm), in batches of 1 and 64 events, with an instance kept from
+//! call to call as the agent keeps it (and, for comparison, a fresh one); and what loading a
+//! policy with a module costs (compiling the module, from the compiled-module cache, already
+//! loaded).
 //! Every figure is measured in this one run, so ratios hold on a noisy machine.
 //!
 //! `cargo run --release -p palisade-benchmarks --bin rule-modules` writes
@@ -11,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use palisade_agent::rules::{Context, Event, LoadedModule, RuleHost};
+use palisade_agent::rules::{Context, Event, LoadedModule, RuleHost, event_from_json};
 use palisade_benchmarks::{register_font, workspace};
 use plotters::prelude::*;
 
@@ -33,9 +35,14 @@ fn event(index: usize) -> serde_json::Value {
     })
 }
 
-/// Time per event of `decide` on batches of `batch` events, over REPETITIONS batches.
-fn per_event(batch: usize, mut decide: impl FnMut(&[serde_json::Value])) -> (Duration, Duration) {
-    let events: Vec<serde_json::Value> = (0..batch).map(event).collect();
+/// Time per event of `decide` on batches of `batch` events (made by `convert`, outside the
+/// time measured), over REPETITIONS batches.
+fn per_event<E>(
+    batch: usize,
+    convert: impl Fn(&serde_json::Value) -> E,
+    mut decide: impl FnMut(&[E]),
+) -> (Duration, Duration) {
+    let events: Vec<E> = (0..batch).map(|index| convert(&event(index))).collect();
     // Warm up.
     for _ in 0..10 {
         decide(&events);
@@ -50,13 +57,11 @@ fn per_event(batch: usize, mut decide: impl FnMut(&[serde_json::Value])) -> (Dur
     summary(samples)
 }
 
-fn wasm_decide(module: &LoadedModule, config: &str) -> impl FnMut(&[serde_json::Value]) {
-    move |events: &[serde_json::Value]| {
-        let events: Vec<Event> = events
-            .iter()
-            .map(palisade_agent::rules::event_from_json)
-            .collect();
-        let verdicts = module.decide(config, &events).expect("decides");
+/// Decides with an instance kept from call to call, as the agent's event worker does.
+fn wasm_decide(module: &LoadedModule, config: &str) -> impl FnMut(&[Event]) {
+    let mut instance = module.instantiate().expect("instantiates");
+    move |events: &[Event]| {
+        let verdicts = instance.decide(config, events).expect("decides");
         assert_eq!(verdicts.len(), events.len());
     }
 }
@@ -85,37 +90,38 @@ fn main() -> anyhow::Result<()> {
     let rego_config = r#"{"addresses": ["169.254.169.254"], "quiet": ["backup"]}"#;
 
     let mut rows = Vec::new();
+    let mut row =
+        |what: String, (median, p90): (Duration, Duration)| rows.push(Row { what, median, p90 });
     for batch in BATCHES {
         let native_config: palisade_rule_protect_files::Config = serde_json::from_str(rust_config)?;
-        let (median, p90) = per_event(batch, |events| {
+        let native = per_event(batch, palisade_rule_sdk::Event::from_json, |events| {
             for event in events {
-                let event = palisade_rule_sdk::Event::from_json(event);
                 std::hint::black_box(
                     <palisade_rule_protect_files::ProtectFiles as palisade_rule_sdk::Rule>::decide(
                         &native_config,
-                        &event,
+                        event,
                     ),
                 );
             }
         });
-        rows.push(Row {
-            what: format!("native Rust, batch {batch}"),
-            median,
-            p90,
-        });
-        let (median, p90) = per_event(batch, wasm_decide(&rust, rust_config));
-        rows.push(Row {
-            what: format!("Rust module (Wasm component), batch {batch}"),
-            median,
-            p90,
-        });
-        let (median, p90) = per_event(batch, wasm_decide(&rego, rego_config));
-        rows.push(Row {
-            what: format!("Rego module (OPA Wasm), batch {batch}"),
-            median,
-            p90,
-        });
+        row(format!("native Rust, batch {batch}"), native);
+        row(
+            format!("Rust module (Wasm component), batch {batch}"),
+            per_event(batch, event_from_json, wasm_decide(&rust, rust_config)),
+        );
+        row(
+            format!("Rego module (OPA Wasm), batch {batch}"),
+            per_event(batch, event_from_json, wasm_decide(&rego, rego_config)),
+        );
     }
+    // What a module that failed costs on its next batch: a fresh instance.
+    row(
+        "Rust module, a fresh instance for the call, batch 1".to_owned(),
+        per_event(1, event_from_json, |events| {
+            let verdicts = rust.decide(rust_config, events).expect("decides");
+            assert_eq!(verdicts.len(), events.len());
+        }),
+    );
 
     // Loading: compiling a module, from the on-disk cache, or already in memory.
     let context = Context {

@@ -7,6 +7,10 @@
 //! - `decide`: say what happens to each audit event of the policy: keep or drop it, give it a
 //!   severity, tags and annotations, or kill the process that caused it.
 //!
+//! The agent keeps an instance for the `decide` calls of one configuration, so a module may keep
+//! state between batches (a cache), but must not count on it: an instance is replaced after any
+//! failure or a minute unused, and `compile` runs in a fresh one.
+//!
 //! Implement [`Rule`] and export it with [`rule!`]; build with `palisade rules build DIR`, which
 //! compiles for `wasm32-unknown-unknown` and wraps the module as a component. The same code runs
 //! natively in `cargo test`, where [`fixture_test!`] checks it against JSON fixtures

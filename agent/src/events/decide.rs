@@ -2,7 +2,9 @@
 //! from the ring buffer goes to every module of the events' policies in one call per module,
 //! and the verdicts keep or drop events, add severity, tags and annotations, or kill the
 //! process. A module that fails is contained: its policy's `onFailure` applies to the batch, the
-//! failure is counted and logged, and the next batch calls it again.
+//! failure is counted and logged, and the next batch calls a fresh instance of it. Instances are
+//! kept between batches (one per module and configuration), since starting one costs more than
+//! deciding a few events.
 
 use std::{
     collections::HashMap,
@@ -19,11 +21,13 @@ use crate::{
     bpf::InstalledPolicy,
     metrics::RuleModuleMetrics,
     policy::{Decider, OnFailure},
-    rules::{Event, RuleHost, Severity, Verdict, event_from_json},
+    rules::{Event, ModuleError, ModuleInstance, RuleHost, Severity, Verdict},
 };
 
 /// A failure of the same module and kind is logged at most this often.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(60);
+/// An instance no batch used for this long is dropped, with its memory.
+const INSTANCE_IDLE: Duration = Duration::from_secs(60);
 
 pub struct Deciding {
     host: RuleHost,
@@ -34,6 +38,14 @@ pub struct Deciding {
     cgroup_mount: PathBuf,
     /// When each (module, failure) was last logged.
     logged: HashMap<(String, &'static str), Instant>,
+    /// By module digest and configuration.
+    instances: HashMap<(String, String), Warm>,
+}
+
+/// An instance kept for the next batch.
+struct Warm {
+    instance: ModuleInstance,
+    used: Instant,
 }
 
 /// What a batch became: the events to keep, in order, and the failures to report.
@@ -64,7 +76,17 @@ fn severity_rank(severity: Severity) -> usize {
 
 /// The event as modules see it.
 fn module_event(event: &AuditEvent) -> Event {
-    event_from_json(&serde_json::to_value(event).expect("events serialize"))
+    Event {
+        hook: event.hook.to_owned(),
+        action: event.action.to_owned(),
+        policy: event.policy.clone().unwrap_or_default(),
+        rule: event.rule.clone().unwrap_or_default(),
+        pid: event.pid,
+        uid: event.uid,
+        comm: event.comm.clone(),
+        path: event.path.clone(),
+        json: serde_json::to_string(event).expect("events serialize"),
+    }
 }
 
 impl Deciding {
@@ -75,6 +97,7 @@ impl Deciding {
             metrics,
             cgroup_mount,
             logged: HashMap::new(),
+            instances: HashMap::new(),
         }
     }
 
@@ -114,6 +137,8 @@ impl Deciding {
                 None => {}
             }
         }
+        self.instances
+            .retain(|_, warm| warm.used.elapsed() < INSTANCE_IDLE);
         Decided {
             events: events
                 .into_iter()
@@ -133,13 +158,13 @@ impl Deciding {
         failures: &mut Vec<ModuleFailure>,
     ) -> Option<Vec<Verdict>> {
         let started = Instant::now();
-        let result = match self.host.loaded(&decider.digest) {
-            Some(module) => module.decide(&decider.config, events).map_err(|err| {
-                let kind = err.kind().map_or("error", |kind| kind.name());
-                (kind, err.to_string())
-            }),
-            None => Err(("missing", "the module is not loaded".to_owned())),
-        };
+        let result = self.warm_decide(decider, events).map_err(|err| match err {
+            Some(err) => (
+                err.kind().map_or("error", |kind| kind.name()),
+                err.to_string(),
+            ),
+            None => ("missing", "the module is not loaded".to_owned()),
+        });
         self.metrics
             .decide_seconds
             .get_or_create(&[("module", decider.name.clone())])
@@ -182,6 +207,30 @@ impl Deciding {
                 None
             }
         }
+    }
+
+    /// The verdicts of the decider's instance kept from an earlier batch, or of a fresh one;
+    /// the instance is kept unless it failed. `Err(None)`: the module is not loaded.
+    fn warm_decide(
+        &mut self,
+        decider: &Decider,
+        events: &[Event],
+    ) -> Result<Vec<Verdict>, Option<ModuleError>> {
+        let key = (decider.digest.clone(), decider.config.clone());
+        let mut warm = match self.instances.remove(&key) {
+            Some(warm) => warm,
+            None => {
+                let module = self.host.loaded(&decider.digest).ok_or(None)?;
+                Warm {
+                    instance: module.instantiate()?,
+                    used: Instant::now(),
+                }
+            }
+        };
+        let verdicts = warm.instance.decide(&decider.config, events)?;
+        warm.used = Instant::now();
+        self.instances.insert(key, warm);
+        Ok(verdicts)
     }
 
     fn count_verdict(&self, decider: &Decider, verdict: &Verdict) {

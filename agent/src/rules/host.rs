@@ -1,5 +1,5 @@
 //! The wasmtime side: one engine for every module, each module compiled once (and cached on disk
-//! by content digest and engine), a fresh store with its own limits for every call.
+//! by content digest and engine), a store with its own limits for every instance.
 
 use std::{
     collections::HashMap,
@@ -11,7 +11,7 @@ use std::{
 
 use sha2::{Digest, Sha256};
 
-use super::opa::{OpaModule, is_core_module};
+use super::opa::{OpaInstance, OpaModule, is_core_module};
 use wasmtime::{
     Config, Engine, Store, StoreLimits, StoreLimitsBuilder, Trap,
     component::{Component, Linker},
@@ -241,7 +241,8 @@ impl RuleHost {
         let kind = match artifact {
             Artifact::Rego(module) => {
                 // The budget starts once compiled: compiling is not the module's doing.
-                let mut store = store(&self.engine, COMPILE_BUDGET);
+                let mut store = store(&self.engine);
+                set_budget(&mut store, COMPILE_BUDGET);
                 Kind::Rego(OpaModule::load(module, &mut store).map_err(abi)?)
             }
             Artifact::Component(component) => {
@@ -420,8 +421,8 @@ impl RuleHost {
     }
 }
 
-/// A store for one call: the memory limit, and `budget` from now.
-fn store(engine: &Engine, budget: Duration) -> Store<State> {
+/// A store for one instance, with its memory limit.
+fn store(engine: &Engine) -> Store<State> {
     let mut store = Store::new(
         engine,
         State {
@@ -432,36 +433,79 @@ fn store(engine: &Engine, budget: Duration) -> Store<State> {
         },
     );
     store.limiter(|state| &mut state.limits);
-    let ticks = budget.as_millis() / EPOCH_TICK.as_millis();
-    store.set_epoch_deadline(ticks.max(1) as u64);
     store.epoch_deadline_trap();
     store
 }
 
+/// Gives the next call `budget` from now.
+fn set_budget(store: &mut Store<State>, budget: Duration) {
+    let ticks = budget.as_millis() / EPOCH_TICK.as_millis();
+    store.set_epoch_deadline(ticks.max(1) as u64);
+}
+
+/// An instance of a module, for calls one after another. It may be kept for the `decide` calls
+/// of one configuration: a module may keep state between them (its parsed configuration, say)
+/// but cannot count on it, since an instance that fails is dropped and the next call gets a
+/// fresh one. Every call has its own time budget; the memory limit holds for the instance's
+/// whole life, so a module that leaks is stopped at the limit like one that grows at once.
+pub struct ModuleInstance {
+    store: Store<State>,
+    running: Running,
+}
+
+enum Running {
+    Component(Rule),
+    Rego(Box<OpaInstance>),
+}
+
 impl LoadedModule {
-    /// The kernel rules the module makes of `config` (JSON).
-    pub fn compile(&self, config: &str, context: &Context) -> Result<Vec<Entry>, ModuleError> {
-        let mut store = store(&self.engine, COMPILE_BUDGET);
-        let compiled = match &self.kind {
-            Kind::Component(pre) => pre
+    /// A fresh instance.
+    pub fn instantiate(&self) -> Result<ModuleInstance, ModuleError> {
+        let mut store = store(&self.engine);
+        // Starting an instance runs module code too (a Rego policy sets up its data).
+        set_budget(&mut store, DECIDE_BUDGET);
+        let running = match &self.kind {
+            Kind::Component(pre) => pre.instantiate(&mut store).map(Running::Component),
+            Kind::Rego(opa) => opa
                 .instantiate(&mut store)
-                .and_then(|rule| rule.call_compile(&mut store, config, context)),
-            Kind::Rego(opa) => opa.compile(&mut store, config, context),
-        };
-        compiled
-            .map_err(ModuleError::failed)?
-            .map_err(ModuleError::Refused)
+                .map(|opa| Running::Rego(Box::new(opa))),
+        }
+        .map_err(ModuleError::failed)?;
+        Ok(ModuleInstance { store, running })
+    }
+
+    /// The kernel rules the module makes of `config` (JSON), from a fresh instance.
+    pub fn compile(&self, config: &str, context: &Context) -> Result<Vec<Entry>, ModuleError> {
+        self.instantiate()?.compile(config, context)
+    }
+
+    /// The verdicts of a fresh instance on `events`: see `ModuleInstance::decide`.
+    pub fn decide(&self, config: &str, events: &[Event]) -> Result<Vec<Verdict>, ModuleError> {
+        self.instantiate()?.decide(config, events)
+    }
+}
+
+impl ModuleInstance {
+    /// The kernel rules the module makes of `config` (JSON).
+    pub fn compile(&mut self, config: &str, context: &Context) -> Result<Vec<Entry>, ModuleError> {
+        set_budget(&mut self.store, COMPILE_BUDGET);
+        let store = &mut self.store;
+        match &self.running {
+            Running::Component(rule) => rule.call_compile(store, config, context),
+            Running::Rego(opa) => opa.compile(store, config, context),
+        }
+        .map_err(ModuleError::failed)?
+        .map_err(ModuleError::Refused)
     }
 
     /// The module's verdicts on `events` of a policy that uses it with `config`, one each, in
-    /// order.
-    pub fn decide(&self, config: &str, events: &[Event]) -> Result<Vec<Verdict>, ModuleError> {
-        let mut store = store(&self.engine, DECIDE_BUDGET);
-        let verdicts = match &self.kind {
-            Kind::Component(pre) => pre
-                .instantiate(&mut store)
-                .and_then(|rule| rule.call_decide(&mut store, config, events)),
-            Kind::Rego(opa) => opa.decide(&mut store, config, events),
+    /// order. After an error the instance must not be called again.
+    pub fn decide(&mut self, config: &str, events: &[Event]) -> Result<Vec<Verdict>, ModuleError> {
+        set_budget(&mut self.store, DECIDE_BUDGET);
+        let store = &mut self.store;
+        let verdicts = match &self.running {
+            Running::Component(rule) => rule.call_decide(store, config, events),
+            Running::Rego(opa) => opa.decide(store, config, events),
         }
         .map_err(ModuleError::failed)?;
         if verdicts.len() != events.len() {

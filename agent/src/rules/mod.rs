@@ -10,7 +10,7 @@ mod opa;
 
 pub use build::build;
 pub use host::{
-    ABI_VERSION, FailureKind, Inspection, LoadedModule, ModuleError, RuleHost,
+    ABI_VERSION, FailureKind, Inspection, LoadedModule, ModuleError, ModuleInstance, RuleHost,
     types::{
         Action, Context, Entry, Event, FileRule, Matcher, NetworkRule, Permission, Protocol,
         Severity, Verdict,

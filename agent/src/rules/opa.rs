@@ -223,14 +223,32 @@ impl OpaModule {
         })
     }
 
+    /// A fresh instance of the policy.
+    pub fn instantiate(&self, store: &mut Store<State>) -> wasmtime::Result<OpaInstance> {
+        let (instance, memory) = instantiate(store, &self.module)?;
+        Ok(OpaInstance {
+            opa: Opa::new(store, &instance, memory)?,
+            compile: self.compile,
+            decide: self.decide,
+        })
+    }
+}
+
+/// An instance of a Rego policy: every evaluation resets its heap, so it can be called again
+/// and again.
+pub struct OpaInstance {
+    opa: Opa,
+    compile: i32,
+    decide: i32,
+}
+
+impl OpaInstance {
     pub fn compile(
         &self,
         store: &mut Store<State>,
         config: &str,
         context: &types::Context,
     ) -> wasmtime::Result<Result<Vec<types::Entry>, String>> {
-        let (instance, memory) = instantiate(store, &self.module)?;
-        let opa = Opa::new(store, &instance, memory)?;
         let input = format!(
             "{{\"config\": {config}, \"context\": {}}}",
             serde_json::json!({
@@ -239,7 +257,7 @@ impl OpaModule {
                 "kube_apiserver": context.kube_apiserver,
             })
         );
-        let Some(result) = opa.eval(store, self.compile, &input)? else {
+        let Some(result) = self.opa.eval(store, self.compile, &input)? else {
             return Ok(Ok(Vec::new()));
         };
         if let Some(error) = result.get("error").and_then(serde_json::Value::as_str) {
@@ -260,13 +278,11 @@ impl OpaModule {
         config: &str,
         events: &[types::Event],
     ) -> wasmtime::Result<Vec<types::Verdict>> {
-        let (instance, memory) = instantiate(store, &self.module)?;
-        let opa = Opa::new(store, &instance, memory)?;
         events
             .iter()
             .map(|event| {
                 let input = format!("{{\"config\": {config}, \"event\": {}}}", event.json);
-                let verdict: RegoVerdict = match opa.eval(store, self.decide, &input)? {
+                let verdict: RegoVerdict = match self.opa.eval(store, self.decide, &input)? {
                     Some(result) => serde_json::from_value(result)
                         .map_err(|err| wasmtime::Error::msg(format!("malformed verdict: {err}")))?,
                     None => RegoVerdict::default(),

@@ -1,5 +1,6 @@
 //! A rule module that does what its configuration says, however badly: `{"compile": "loop"}`
-//! never returns from `compile`; `{"decide": "memory"}` allocates without bound in `decide`. The
+//! never returns from `compile`; `{"decide": "memory"}` allocates without bound in `decide`;
+//! `{"decide": "leak"}` keeps 1 MiB more each time `decide` is called. The
 //! agent's sandbox tests use it. With nothing to misbehave on, it denies reading `deny` (if
 //! given) and keeps every event.
 
@@ -12,6 +13,8 @@ enum Misbehaviour {
     Loop,
     /// Allocates until something stops it.
     Memory,
+    /// Keeps 1 MiB more on every call, never freed: stopped only after many calls.
+    Leak,
     /// Recurses until the stack is gone.
     Recursion,
     /// Panics (a trap).
@@ -34,7 +37,7 @@ fn recurse(depth: u64) -> u64 {
     std::hint::black_box(recurse(std::hint::black_box(depth) + 1)) + 1
 }
 
-/// Does the misbehaviour; returns only for `Invalid`.
+/// Does the misbehaviour; returns only for `Leak` and `Invalid`.
 fn misbehave(misbehaviour: &Misbehaviour) {
     match misbehaviour {
         Misbehaviour::Loop => loop {
@@ -46,6 +49,10 @@ fn misbehave(misbehaviour: &Misbehaviour) {
                 hoard.push(vec![1; 1 << 20]);
                 std::hint::black_box(&hoard);
             }
+        }
+        Misbehaviour::Leak => {
+            static KEPT: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+            KEPT.lock().unwrap().push(vec![1; 1 << 20]);
         }
         Misbehaviour::Recursion => {
             recurse(0);
