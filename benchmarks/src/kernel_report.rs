@@ -599,12 +599,18 @@ fn throughput_table(kernels: &[Kernel]) -> String {
             "throttled",
             "kept",
             "agent CPU",
+            "agent ns per written event",
             "agent RSS",
             "accounted",
         ],
     );
     for kernel in kernels {
         for row in throughput_rows(kernel) {
+            let per_event = if row.written == 0 {
+                "-".to_owned()
+            } else {
+                format!("{:.0}", row.agent_cpu_seconds * 1e9 / row.written as f64)
+            };
             let rate =
                 |count| per_second(count, row).map_or("-".into(), |rate| format!("{rate:.0}"));
             let diff = i128::from(row.produced)
@@ -616,7 +622,7 @@ fn throughput_table(kernels: &[Kernel]) -> String {
                 - i128::from(row.queued);
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0}% | {:.1} MiB | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0}% | {per_event} | {:.1} MiB | {} |",
                 kernel.label,
                 rate_label(row.offered_per_second),
                 rate(row.produced),
@@ -635,6 +641,26 @@ fn throughput_table(kernels: &[Kernel]) -> String {
             );
         }
     }
+    md += "\nSustainable rate (the fastest offered rate whose every event was written or dropped by the module's verdict):";
+    for kernel in kernels {
+        let sustained = throughput_rows(kernel)
+            .into_iter()
+            .filter(|row| {
+                row.offered_per_second > 0
+                    && row.written > 0
+                    && row.written + row.module_dropped == row.produced
+            })
+            .map(|row| row.offered_per_second)
+            .max();
+        let _ = write!(
+            md,
+            " {}: {};",
+            kernel.label,
+            sustained.map_or("none".to_owned(), |rate| format!("{rate}/s"))
+        );
+    }
+    md.pop();
+    md += ".\n";
     md
 }
 

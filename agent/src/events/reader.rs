@@ -1,16 +1,26 @@
 //! Reads the ring buffer as records arrive, into the event worker's queue. This runs on the
 //! control runtime and only copies: the worker decides and writes.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use aya::maps::{MapData, RingBuf};
-use tokio::io::{Interest, unix::AsyncFd};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    time::Instant,
+};
 
 use super::{Decoder, EventQueue, queue::QUEUE};
+
+/// Reads are at least this far apart. The kernel wakes the reader only for a record submitted
+/// to an empty ring buffer, so under a flood the reader wakes this often and copies what came
+/// meanwhile in one go, instead of waking (and waking the worker) for every event; the ring
+/// buffer holds far more than this long of the fastest flood.
+const READ_INTERVAL: Duration = Duration::from_millis(10);
 
 pub struct EventReader {
     ring: AsyncFd<RingBuf<MapData>>,
     queue: Arc<EventQueue>,
+    last_read: Instant,
 }
 
 /// What one `read` did.
@@ -25,11 +35,17 @@ impl EventReader {
         // AsyncFd owns the ring buffer.
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(std::io::Error::from)?;
-        Ok(Self { ring, queue })
+        Ok(Self {
+            ring,
+            queue,
+            last_read: Instant::now(),
+        })
     }
 
-    /// Waits until the kernel has submitted records; `read` them next.
+    /// Waits until the kernel has submitted records, and `READ_INTERVAL` has passed since the
+    /// last read; `read` them next.
     pub async fn ready(&mut self) -> std::io::Result<()> {
+        tokio::time::sleep_until(self.last_read + READ_INTERVAL).await;
         self.ring.readable_mut().await?.clear_ready();
         Ok(())
     }
@@ -37,6 +53,7 @@ impl EventReader {
     /// Copies the ring buffer's records into the queue, at most a queue's worth (a producer as
     /// fast as this loop cannot keep it here), so that the kernel has room for what happens next.
     pub fn read(&mut self) -> Read {
+        self.last_read = Instant::now();
         let ring = self.ring.get_mut();
         let mut records = 0;
         let mut emptied = false;

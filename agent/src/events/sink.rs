@@ -11,19 +11,25 @@ use super::{AuditEvent, ModuleFailure};
 
 /// A destination of audit events. `send` never blocks the loop that reads the kernel's events.
 pub trait Sink: Send {
+    /// Takes an event, to write now or at the end of the batch (`flush`).
     fn send(&mut self, event: &AuditEvent);
     /// A rule module's failure, reported beside the events.
     fn report(&mut self, failure: &ModuleFailure);
+    /// The batch is over: writes what `send` and `report` kept.
+    fn flush(&mut self) {}
     /// Events this sink has lost so far (failed writes, a full queue).
     fn lost(&self) -> u64;
     /// What the sink is, for reports.
     fn name(&self) -> &str;
 }
 
-/// One JSON object per line.
+/// One JSON object per line, a batch of lines per write.
 pub struct JsonLines {
     name: String,
     writer: Box<dyn Write + Send>,
+    /// The lines of the batch, not yet written.
+    batch: Vec<u8>,
+    lines: u64,
     failed: u64,
 }
 
@@ -32,34 +38,38 @@ impl JsonLines {
         Self {
             name: name.into(),
             writer,
+            batch: Vec::new(),
+            lines: 0,
             failed: 0,
         }
     }
-}
 
-impl JsonLines {
-    fn write_line(&mut self, value: &impl serde::Serialize) {
-        let mut line = serde_json::to_string(value).expect("events serialize");
-        // One write per line: a rotating file never splits one.
-        line.push('\n');
-        if self
-            .writer
-            .write_all(line.as_bytes())
-            .and_then(|()| self.writer.flush())
-            .is_err()
-        {
-            self.failed += 1;
-        }
+    fn add_line(&mut self, value: &impl serde::Serialize) {
+        serde_json::to_writer(&mut self.batch, value).expect("events serialize");
+        self.batch.push(b'\n');
+        self.lines += 1;
     }
 }
 
 impl Sink for JsonLines {
     fn send(&mut self, event: &AuditEvent) {
-        self.write_line(event);
+        self.add_line(event);
     }
 
     fn report(&mut self, failure: &ModuleFailure) {
-        self.write_line(failure);
+        self.add_line(failure);
+    }
+
+    fn flush(&mut self) {
+        let written = self
+            .writer
+            .write_all(&self.batch)
+            .and_then(|()| self.writer.flush());
+        if written.is_err() {
+            self.failed += self.lines;
+        }
+        self.batch.clear();
+        self.lines = 0;
     }
 
     fn lost(&self) -> u64 {
@@ -130,13 +140,34 @@ impl RotatingFile {
     }
 }
 
+/// How much of `lines` (whole lines) fits in `room` bytes.
+fn whole_lines(lines: &[u8], room: u64) -> usize {
+    if lines.len() as u64 <= room {
+        return lines.len();
+    }
+    lines[..room as usize]
+        .iter()
+        .rposition(|&byte| byte == b'\n')
+        .map_or(0, |last| last + 1)
+}
+
 impl Write for RotatingFile {
-    /// Callers write whole lines: a line is never split across files.
+    /// Callers write whole lines: a line is never split across files, and a file holds more than
+    /// `max_bytes` only when it is one line longer than that.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        if self.size > 0 && self.size + buf.len() as u64 > self.rotation.max_bytes {
+        let mut fitting = whole_lines(buf, self.rotation.max_bytes.saturating_sub(self.size));
+        if fitting == 0 && self.size > 0 {
             self.rotate()?;
+            fitting = whole_lines(buf, self.rotation.max_bytes);
         }
-        let written = self.file.write(buf)?;
+        if fitting == 0 {
+            // A line longer than a whole file: alone in its file.
+            fitting = buf
+                .iter()
+                .position(|&byte| byte == b'\n')
+                .map_or(buf.len(), |end| end + 1);
+        }
+        let written = self.file.write(&buf[..fitting])?;
         self.size += written as u64;
         Ok(written)
     }
@@ -181,6 +212,17 @@ mod tests {
                 text.len() <= 100 && text.ends_with('\n'),
                 "{name}: {text:?}"
             );
+        }
+        // A batch of lines at once is split between files at line boundaries too.
+        let batch: String = (20..30)
+            .map(|i| format!("{{\"event\":{i:03},\"padding\":\"xxxxxxxxxx\"}}\n"))
+            .collect();
+        file.write_all(batch.as_bytes()).unwrap();
+        assert!(read("events.jsonl").contains("\"event\":029"));
+        assert!(read("events.jsonl.1").contains("\"event\":027"));
+        for name in ["events.jsonl", "events.jsonl.1", "events.jsonl.2"] {
+            let text = read(name);
+            assert_eq!(text.lines().count(), 2, "{name}: {text:?}");
         }
         // Reopening appends to what is there.
         drop(file);

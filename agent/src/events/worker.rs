@@ -40,6 +40,9 @@ impl EventWorker {
                             sink.report(failure);
                         }
                     }
+                    for sink in sinks.iter_mut() {
+                        sink.flush();
+                    }
                     let losses = sinks.iter().map(|sink| sink.lost()).collect();
                     taking.done(decided.events.len(), losses);
                 }
