@@ -140,6 +140,58 @@ pub struct ThroughputSample {
     pub agent_rss_bytes: u64,
 }
 
+/// `kernel-bench soak`: the agent for many minutes under a flood above and below its
+/// sustainable rate, a policy file rewritten every few seconds and a module's config swapped,
+/// sampled every minute.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SoakRun {
+    pub environment: Environment,
+    pub samples: Vec<SoakSample>,
+}
+
+/// The agent at the end of one minute, once the events of that minute are drained. Counts are
+/// totals since the soak began.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SoakSample {
+    pub minute: u64,
+    pub rss_bytes: u64,
+    /// BPF map memory, as the agent reports it.
+    pub map_bytes: u64,
+    /// Denials the generators saw.
+    pub produced: u64,
+    pub written: u64,
+    /// Dropped by the rule module's verdict.
+    pub module_dropped: u64,
+    /// Dropped by the agent: its queue overflowed, or the record was no event.
+    pub agent_dropped: u64,
+    /// Dropped in the kernel: the ring buffer was full.
+    pub kernel_dropped: u64,
+    pub throttled: u64,
+    /// Read and not written yet.
+    pub queued: u64,
+    pub policy_writes: u64,
+    pub config_swaps: u64,
+}
+
+impl SoakSample {
+    /// produced - (written + every kind of drop + throttled + queued): 0 when every event is
+    /// accounted for.
+    pub fn unaccounted(&self) -> i128 {
+        i128::from(self.produced)
+            - [
+                self.written,
+                self.module_dropped,
+                self.agent_dropped,
+                self.kernel_dropped,
+                self.throttled,
+                self.queued,
+            ]
+            .into_iter()
+            .map(i128::from)
+            .sum::<i128>()
+    }
+}
+
 /// Median and spread of some samples.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Spread {

@@ -9,7 +9,7 @@ use std::{cmp::Reverse, collections::BTreeMap, fmt::Write as _, ops::Range, path
 use anyhow::Context;
 use palisade_benchmarks::{
     kernel::{Footprint, KernelRun, STATES, Spread, ThroughputSample, WORKLOAD_STATES},
-    register_font, workspace,
+    kernel_series, mib, register_font, report_args,
 };
 use plotters::{
     coord::{Shift, ranged1d::SegmentedCoord, types::RangedCoordusize},
@@ -198,40 +198,14 @@ fn per_second(count: u64, row: &ThroughputSample) -> Option<f64> {
     (row.seconds > 0.0).then(|| count as f64 / row.seconds)
 }
 
-fn mib(bytes: u64) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
-}
-
-/// "6.1" for "6.1.0-41-amd64".
-fn series(release: &str) -> String {
-    release
-        .split(['.', '-', '+'])
-        .take(2)
-        .collect::<Vec<_>>()
-        .join(".")
-}
-
 fn main() -> anyhow::Result<()> {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let out = match args.iter().position(|arg| arg == "--out") {
-        Some(at) => {
-            anyhow::ensure!(at + 1 < args.len(), "--out needs a directory");
-            let out = args.remove(at + 1);
-            args.remove(at);
-            out.into()
-        }
-        None => workspace().join("benchmarks/results"),
-    };
-    anyhow::ensure!(
-        !args.is_empty(),
-        "usage: kernel-report [--out DIR] INPUT.json..."
-    );
+    let (out, args) = report_args("kernel-report")?;
     let mut kernels = Vec::new();
     for input in &args {
         let text = std::fs::read_to_string(input).with_context(|| input.clone())?;
         let run: KernelRun = serde_json::from_str(&text).with_context(|| input.clone())?;
         kernels.push(Kernel {
-            label: series(&run.environment.kernel),
+            label: kernel_series(&run.environment.kernel),
             run,
         });
     }

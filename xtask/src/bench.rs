@@ -27,6 +27,46 @@ const WORKLOADS: &[(&str, &str)] = &[
 const ICOUNT: &[&str] = &["-icount", "shift=0,sleep=off"];
 
 pub fn bench(kernels: &[String], smoke: bool, release: bool) -> anyhow::Result<()> {
+    let mode = if smoke { "--smoke" } else { "" };
+    let timeout = Duration::from_secs(if smoke { 30 * 60 } else { 6 * 60 * 60 });
+    let inputs = run_in_vm(
+        kernels,
+        release,
+        "kernel-bench",
+        &format!("run {mode}"),
+        timeout,
+    )?;
+    let out = if smoke {
+        vm::work_dir("bench-smoke")?
+    } else {
+        crate::workspace().join("benchmarks/results")
+    };
+    report("kernel-report", &inputs, &out, release)
+}
+
+/// The soak (`kernel-bench soak`) for `minutes` of guest time on each kernel, the agent built
+/// optimised; its report goes to benchmarks/results.
+pub fn soak(kernels: &[String], minutes: u64) -> anyhow::Result<()> {
+    // The guest clock runs slower than the host's under emulation: a generous limit.
+    let timeout = Duration::from_secs(minutes * 5 * 60 + 30 * 60);
+    let inputs = run_in_vm(kernels, true, "soak", &format!("soak {minutes}"), timeout)?;
+    report(
+        "soak-report",
+        &inputs,
+        &crate::workspace().join("benchmarks/results"),
+        true,
+    )
+}
+
+/// Boots each kernel with the agent, `kernel-bench` and the workloads, runs `kernel-bench
+/// COMMAND --clock icount OUT.json` and returns the JSON files it reported (as `name`).
+fn run_in_vm(
+    kernels: &[String],
+    release: bool,
+    name: &str,
+    command: &str,
+    timeout: Duration,
+) -> anyhow::Result<Vec<PathBuf>> {
     let (palisade, kernel_bench) = build::bench_binaries(release)?;
     let dir = vm::work_dir("bench")?;
     let mut binaries = vec![
@@ -52,15 +92,13 @@ pub fn bench(kernels: &[String], smoke: bool, release: bool) -> anyhow::Result<(
         std::fs::write(dir.join(name), text)?;
         files.push((dir.join(name), format!("/etc/{name}")));
     }
-    let mode = if smoke { "--smoke" } else { "" };
     let body = format!(
         "PALISADE_BIN=/palisade/bin/palisade PALISADE_RULES=/palisade/rules RUST_BACKTRACE=1 \
-         kernel-bench run {mode} --clock icount /tmp/kernel-bench.json && \
-         echo \"{} kernel-bench $(cat /tmp/kernel-bench.json)\"",
+         kernel-bench {command} --clock icount /tmp/{name}.json && \
+         echo \"{} {name} $(cat /tmp/{name}.json)\"",
         vm::RESULT
     );
     let initrd = build::initramfs(&dir, &binaries, &files, &vm::init_script(&body))?;
-    let timeout = Duration::from_secs(if smoke { 30 * 60 } else { 6 * 60 * 60 });
     let measured = vm::work_dir("results")?;
     let mut inputs = Vec::new();
     for series in kernels {
@@ -75,36 +113,25 @@ pub fn bench(kernels: &[String], smoke: bool, release: bool) -> anyhow::Result<(
         )?;
         ensure!(
             status == 0,
-            "[{label}] the kernel benchmark failed (status {status})"
+            "[{label}] kernel-bench {command} failed (status {status})"
         );
-        let input = measured.join(format!("{label}-kernel-bench.json"));
+        let input = measured.join(format!("{label}-{name}.json"));
         let _ = std::fs::remove_file(&input);
         results::save_measurements(&console, vm::RESULT, &measured, &label)?;
         ensure!(
             input.exists(),
-            "[{label}] the kernel benchmark reported no results"
+            "[{label}] kernel-bench {command} reported no results"
         );
         inputs.push(input);
     }
-    let out = if smoke {
-        vm::work_dir("bench-smoke")?
-    } else {
-        crate::workspace().join("benchmarks/results")
-    };
-    report(&inputs, &out, release)
+    Ok(inputs)
 }
 
-/// Runs kernel-report on `inputs`, writing into `out`.
-fn report(inputs: &[PathBuf], out: &Path, release: bool) -> anyhow::Result<()> {
+/// Runs the report `bin` on `inputs`, writing into `out`.
+fn report(bin: &str, inputs: &[PathBuf], out: &Path, release: bool) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(cargo);
-    command.args([
-        "run",
-        "--package",
-        "palisade-benchmarks",
-        "--bin",
-        "kernel-report",
-    ]);
+    command.args(["run", "--package", "palisade-benchmarks", "--bin", bin]);
     if release {
         command.arg("--release");
     }
@@ -115,7 +142,7 @@ fn report(inputs: &[PathBuf], out: &Path, release: bool) -> anyhow::Result<()> {
         .args(inputs)
         .status()
         .context("running cargo")?;
-    ensure!(status.success(), "kernel-report failed");
-    println!("kernel benchmark report: {}", out.display());
+    ensure!(status.success(), "{bin} failed");
+    println!("{bin}: {}", out.display());
     Ok(())
 }

@@ -58,6 +58,11 @@ enum Command {
         /// Build the agent optimised, as users run it (for committed results).
         #[arg(long)]
         release: bool,
+        /// Instead, the soak for MINUTES (guest time) per kernel: a flood above and below the
+        /// sustainable rate, a policy file rewritten every 5 s, the module's config swapped
+        /// every 30 s; memory and event accounting each minute (benchmarks/results/soak.*).
+        #[arg(long, value_name = "MINUTES", conflicts_with_all = ["smoke", "release"])]
+        soak: Option<u64>,
     },
     /// Boot a kernel and run `palisade run` with the example policy: a denied read, an allowed
     /// read and the JSON audit event.
@@ -77,8 +82,14 @@ fn main() -> anyhow::Result<()> {
         Command::KubeTest => kube::test(),
         Command::Bench {
             kernels,
+            soak: Some(minutes),
+            ..
+        } => bench::soak(&kernels, minutes),
+        Command::Bench {
+            kernels,
             smoke,
             release,
+            soak: None,
         } => bench::bench(&kernels, smoke, release),
         Command::VmDemo { kernel } => vm::demo(&kernel),
     }

@@ -4,18 +4,20 @@
 //! event throughput, and writes one JSON file (`palisade_benchmarks::kernel::KernelRun`).
 //!
 //! kernel-bench run [--smoke] --clock CLOCK OUT.json
+//! kernel-bench soak MINUTES --clock CLOCK OUT.json (the soak: `palisade_benchmarks::kernel::SoakRun`)
 //! kernel-bench micro BENCH OPS allowed|denied   (in the cgroup it starts in: ns per operation)
 //! kernel-bench generate PATH RATE SECONDS       (opens PATH; prints attempts, refusals, seconds)
 //! kernel-bench probe PATH                       (reads PATH forever; prints each change of answer)
 
 mod micro;
 mod scaling;
+mod soak;
 mod states;
 mod system;
 mod workloads;
 
 use anyhow::{Context, bail};
-use palisade_benchmarks::kernel::{Environment, KernelRun};
+use palisade_benchmarks::kernel::{Environment, KernelRun, SoakRun};
 
 /// How much of everything a run measures.
 pub struct Settings {
@@ -87,8 +89,8 @@ fn read(path: &str) -> String {
         .to_owned()
 }
 
-fn run(smoke: bool, clock: &str, out: &str) -> anyhow::Result<()> {
-    let settings = Settings::new(smoke);
+/// The machine the benchmarks run on.
+fn environment(clock: &str, rounds: usize, smoke: bool) -> Environment {
     let cpu = read("/proc/cpuinfo")
         .lines()
         .find_map(|line| {
@@ -97,15 +99,20 @@ fn run(smoke: bool, clock: &str, out: &str) -> anyhow::Result<()> {
                 .map(|(_, name)| name.trim().to_owned())
         })
         .unwrap_or_default();
+    Environment {
+        kernel: read("/proc/sys/kernel/osrelease"),
+        lsm: read("/sys/kernel/security/lsm"),
+        cpu,
+        clock: clock.to_owned(),
+        rounds,
+        smoke,
+    }
+}
+
+fn run(smoke: bool, clock: &str, out: &str) -> anyhow::Result<()> {
+    let settings = Settings::new(smoke);
     let mut run = KernelRun {
-        environment: Environment {
-            kernel: read("/proc/sys/kernel/osrelease"),
-            lsm: read("/sys/kernel/security/lsm"),
-            cpu,
-            clock: clock.to_owned(),
-            rounds: settings.rounds,
-            smoke,
-        },
+        environment: environment(clock, settings.rounds, smoke),
         micro: Vec::new(),
         workloads: Vec::new(),
         hooks: Vec::new(),
@@ -127,23 +134,39 @@ fn run(smoke: bool, clock: &str, out: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn soak(minutes: u64, clock: &str, out: &str) -> anyhow::Result<()> {
+    micro::prepare()?;
+    let cgroups = system::Cgroups::create()?;
+    let run = SoakRun {
+        environment: environment(clock, 0, false),
+        samples: soak::soak(minutes, &cgroups)?,
+    };
+    std::fs::write(out, serde_json::to_string(&run)?)?;
+    Ok(())
+}
+
+/// The value of `--clock` in `args`.
+fn clock<'a>(args: &[&'a str]) -> anyhow::Result<&'a str> {
+    args.iter()
+        .position(|arg| *arg == "--clock")
+        .and_then(|at| args.get(at + 1))
+        .copied()
+        .context("--clock icount|tcg is required")
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     match args[..] {
         ["run", ref rest @ ..] => {
             let smoke = rest.contains(&"--smoke");
-            let clock = rest
-                .iter()
-                .position(|arg| *arg == "--clock")
-                .and_then(|at| rest.get(at + 1))
-                .context("--clock icount|tcg is required")?;
             let out = rest
                 .last()
                 .filter(|out| out.ends_with(".json"))
                 .context("OUT.json is required")?;
-            run(smoke, clock, out)
+            run(smoke, clock(rest)?, out)
         }
+        ["soak", minutes, "--clock", clock, out] => soak(minutes.parse()?, clock, out),
         ["micro", bench, ops, denied] => {
             println!("{}", micro::run(bench, ops.parse()?, denied == "denied")?);
             Ok(())
@@ -156,7 +179,8 @@ fn main() -> anyhow::Result<()> {
         }
         ["probe", path] => micro::probe(path),
         _ => bail!(
-            "usage: kernel-bench run [--smoke] --clock CLOCK OUT.json | micro | generate | probe"
+            "usage: kernel-bench run [--smoke] --clock CLOCK OUT.json | soak MINUTES --clock CLOCK \
+             OUT.json | micro | generate | probe"
         ),
     }
 }

@@ -204,13 +204,25 @@ fn counters(agent: &Agent) -> anyhow::Result<Counters> {
     })
 }
 
-/// Denials at rising rates through the ring buffer, the decoder, a Wasm rule module's decide
-/// and the file sink, until the pipeline saturates and drops.
-pub fn throughput(
-    settings: &Settings,
-    cgroups: &Cgroups,
-    run: &mut KernelRun,
-) -> anyhow::Result<()> {
+/// Waits until the agent has read and written what the kernel submitted: nothing moves any more.
+pub fn drain(agent: &Agent) -> anyhow::Result<()> {
+    let mut last = (0.0, 0.0);
+    wait_for("the events drained", Duration::from_secs(600), || {
+        std::thread::sleep(Duration::from_millis(300));
+        let scrape = agent.scrape()?;
+        let moved = (
+            scrape.sum("palisade_events_total") + scrape.sum("palisade_events_dropped_total"),
+            scrape.sum("palisade_events_written_total"),
+        );
+        let drained = moved == last;
+        last = moved;
+        Ok(drained)
+    })
+}
+
+/// A policy file `name` on the target whose rule module is `rules/examples/protect-files` with
+/// `config` (YAML); puts the module beside it.
+pub fn protect_files_policy(name: &str, config: &str) -> anyhow::Result<String> {
     let module = Path::new(
         &std::env::var("PALISADE_RULES")
             .context("PALISADE_RULES must name the rule modules' directory")?,
@@ -224,14 +236,21 @@ pub fn throughput(
         .map(|byte| format!("{byte:02x}"))
         .collect();
     let spec = format!(
-        "  mode: EnhanceProtect\n  enhanceProtect:\n    auditViolations: true\n  ruleModules:\n    - name: protect-files\n      module: protect-files.wasm\n      sha256: {digest}\n      config: {{paths: [{}]}}\n",
-        micro::DENIED
+        "  mode: EnhanceProtect\n  enhanceProtect:\n    auditViolations: true\n  ruleModules:\n    - name: protect-files\n      module: protect-files.wasm\n      sha256: {digest}\n      config: {config}\n"
     );
+    Ok(policy_file(name, super::system::TARGET, &spec))
+}
+
+/// Denials at rising rates through the ring buffer, the decoder, a Wasm rule module's decide
+/// and the file sink, until the pipeline saturates and drops.
+pub fn throughput(
+    settings: &Settings,
+    cgroups: &Cgroups,
+    run: &mut KernelRun,
+) -> anyhow::Result<()> {
+    let policy = protect_files_policy("throughput", &format!("{{paths: [{}]}}", micro::DENIED))?;
     let agent = Agent::start(&[])?;
-    agent.apply(&[(
-        "throughput.yaml".to_owned(),
-        policy_file("throughput", super::system::TARGET, &spec),
-    )])?;
+    agent.apply(&[("throughput.yaml".to_owned(), policy)])?;
     for &rate in settings.rates() {
         let before = counters(&agent)?;
         let text = super::system::output(&mut bench_command(
@@ -255,16 +274,7 @@ pub fn throughput(
             "the generator was allowed {} times",
             attempts - refused
         );
-        // Drained: nothing moves any more.
-        let mut last = (0.0, 0);
-        wait_for("the events drained", Duration::from_secs(600), || {
-            std::thread::sleep(Duration::from_millis(300));
-            let now = counters(&agent)?;
-            let moved = (now.submitted + now.dropped, now.written);
-            let drained = moved == last;
-            last = moved;
-            Ok(drained)
-        })?;
+        drain(&agent)?;
         let after = counters(&agent)?;
         run.throughput.push(ThroughputSample {
             offered_per_second: rate,
