@@ -284,12 +284,9 @@ fn files_that_are_not_rule_modules_are_refused_with_the_reason() {
     }
 }
 
-#[test]
-fn a_misbehaving_module_is_stopped_within_its_budget_and_the_host_goes_on() {
-    let host = RuleHost::new(None).unwrap();
-    let (path, digest) = module("tests/rules/misbehaving");
-    let loaded = host.load(&path, &digest).unwrap();
-    let event = Event {
+/// An event for a misbehaving module to decide.
+fn denied_read() -> Event {
+    Event {
         hook: "file_open".to_owned(),
         action: "deny".to_owned(),
         policy: "test".to_owned(),
@@ -299,7 +296,15 @@ fn a_misbehaving_module_is_stopped_within_its_budget_and_the_host_goes_on() {
         comm: "cat".to_owned(),
         path: "/etc/shadow".to_owned(),
         json: "{}".to_owned(),
-    };
+    }
+}
+
+#[test]
+fn a_misbehaving_module_is_stopped_within_its_budget_and_the_host_goes_on() {
+    let host = RuleHost::new(None).unwrap();
+    let (path, digest) = module("tests/rules/misbehaving");
+    let loaded = host.load(&path, &digest).unwrap();
+    let event = denied_read();
     let cases = [
         ("loop", FailureKind::Timeout),
         ("memory", FailureKind::Memory),
@@ -338,17 +343,7 @@ fn a_kept_instance_decides_again_and_again_within_one_memory_limit() {
     let host = RuleHost::new(None).unwrap();
     let (path, digest) = module("tests/rules/misbehaving");
     let loaded = host.load(&path, &digest).unwrap();
-    let event = Event {
-        hook: "file_open".to_owned(),
-        action: "deny".to_owned(),
-        policy: "test".to_owned(),
-        rule: "bad/deny".to_owned(),
-        pid: 1,
-        uid: 0,
-        comm: "cat".to_owned(),
-        path: "/etc/shadow".to_owned(),
-        json: "{}".to_owned(),
-    };
+    let event = denied_read();
     let mut instance = loaded.instantiate().unwrap();
     for _ in 0..200 {
         let verdicts = instance.decide("{}", std::slice::from_ref(&event)).unwrap();
