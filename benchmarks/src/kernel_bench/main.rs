@@ -4,7 +4,7 @@
 //! event throughput, and writes one JSON file (`palisade_benchmarks::kernel::KernelRun`).
 //!
 //! kernel-bench run [--smoke] --clock CLOCK OUT.json
-//! kernel-bench soak MINUTES --clock CLOCK OUT.json (the soak: `palisade_benchmarks::kernel::SoakRun`)
+//! kernel-bench soak MINUTES --clock CLOCK OUT.json  (the soak; writes a `SoakRun`)
 //! kernel-bench micro BENCH OPS allowed|denied   (in the cgroup it starts in: ns per operation)
 //! kernel-bench generate PATH RATE SECONDS       (opens PATH; prints attempts, refusals, seconds)
 //! kernel-bench probe PATH                       (reads PATH forever; prints each change of answer)

@@ -220,9 +220,8 @@ pub fn drain(agent: &Agent) -> anyhow::Result<()> {
     })
 }
 
-/// A policy file `name` on the target whose rule module is `rules/examples/protect-files` with
-/// `config` (YAML); puts the module beside it.
-pub fn protect_files_policy(name: &str, config: &str) -> anyhow::Result<String> {
+/// Puts the rule module `rules/examples/protect-files` in the policy directory; its digest.
+pub fn install_protect_files() -> anyhow::Result<String> {
     let module = Path::new(
         &std::env::var("PALISADE_RULES")
             .context("PALISADE_RULES must name the rule modules' directory")?,
@@ -231,14 +230,19 @@ pub fn protect_files_policy(name: &str, config: &str) -> anyhow::Result<String> 
     let bytes = std::fs::read(&module).with_context(|| module.display().to_string())?;
     std::fs::create_dir_all(POLICY_DIR)?;
     std::fs::write(Path::new(POLICY_DIR).join("protect-files.wasm"), &bytes)?;
-    let digest: String = <sha2::Sha256 as sha2::Digest>::digest(&bytes)
+    Ok(<sha2::Sha256 as sha2::Digest>::digest(&bytes)
         .iter()
         .map(|byte| format!("{byte:02x}"))
-        .collect();
+        .collect())
+}
+
+/// A policy file `name` on the target whose rule module is the installed protect-files (of
+/// `digest`) with `config` (YAML).
+pub fn protect_files_policy(name: &str, digest: &str, config: &str) -> String {
     let spec = format!(
         "  mode: EnhanceProtect\n  enhanceProtect:\n    auditViolations: true\n  ruleModules:\n    - name: protect-files\n      module: protect-files.wasm\n      sha256: {digest}\n      config: {config}\n"
     );
-    Ok(policy_file(name, super::system::TARGET, &spec))
+    policy_file(name, super::system::TARGET, &spec)
 }
 
 /// Denials at rising rates through the ring buffer, the decoder, a Wasm rule module's decide
@@ -248,7 +252,12 @@ pub fn throughput(
     cgroups: &Cgroups,
     run: &mut KernelRun,
 ) -> anyhow::Result<()> {
-    let policy = protect_files_policy("throughput", &format!("{{paths: [{}]}}", micro::DENIED))?;
+    let digest = install_protect_files()?;
+    let policy = protect_files_policy(
+        "throughput",
+        &digest,
+        &format!("{{paths: [{}]}}", micro::DENIED),
+    );
     let agent = Agent::start(&[])?;
     agent.apply(&[("throughput.yaml".to_owned(), policy)])?;
     for &rate in settings.rates() {

@@ -16,7 +16,7 @@ use palisade_benchmarks::kernel::SoakSample;
 
 use super::{
     micro,
-    scaling::{drain, protect_files_policy},
+    scaling::{drain, install_protect_files, protect_files_policy},
     states::{enhance_protect, policy_file},
     system::{
         Agent, Cgroups, POLICY_DIR, bench_command, clear_policies, now_ns, output, process_usage,
@@ -48,8 +48,8 @@ fn module_config(swaps: u64) -> String {
 }
 
 /// Rewrites `churn.yaml` (a policy on a cgroup of its own, with 1 to 8 custom rules) every
-/// POLICY_EVERY and swaps the module's config every SWAP_EVERY, until `stop`.
-fn churn(churned: &Churned, stop: &AtomicBool) -> anyhow::Result<()> {
+/// POLICY_EVERY and swaps the config of the module of `digest` every SWAP_EVERY, until `stop`.
+fn churn(churned: &Churned, digest: &str, stop: &AtomicBool) -> anyhow::Result<()> {
     let started = now_ns();
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(POLICY_EVERY);
@@ -64,7 +64,7 @@ fn churn(churned: &Churned, stop: &AtomicBool) -> anyhow::Result<()> {
             let swaps = churned.config_swaps.fetch_add(1, Ordering::Relaxed) + 1;
             write_atomically(
                 &std::path::Path::new(POLICY_DIR).join("soak.yaml"),
-                &protect_files_policy("soak", &module_config(swaps))?,
+                &protect_files_policy("soak", digest, &module_config(swaps)),
             )?;
         }
     }
@@ -74,15 +74,16 @@ fn churn(churned: &Churned, stop: &AtomicBool) -> anyhow::Result<()> {
 pub fn soak(minutes: u64, cgroups: &Cgroups) -> anyhow::Result<Vec<SoakSample>> {
     let churn_cgroup = cgroups.hierarchy.create(&cgroups.base, "churn")?;
     let agent = Agent::start(&["--events-max-bytes", EVENTS_MAX_BYTES, "--events-keep", "1"])?;
+    let digest = install_protect_files()?;
     agent.apply(&[(
         "soak.yaml".to_owned(),
-        protect_files_policy("soak", &module_config(0))?,
+        protect_files_policy("soak", &digest, &module_config(0)),
     )])?;
     let churned = Arc::new(Churned::default());
     let stop = Arc::new(AtomicBool::new(false));
     let churning = {
         let (churned, stop) = (churned.clone(), stop.clone());
-        std::thread::spawn(move || churn(&churned, &stop))
+        std::thread::spawn(move || churn(&churned, &digest, &stop))
     };
     let mut samples = Vec::new();
     let mut produced = 0;
