@@ -79,7 +79,8 @@ impl PolicyRegistry {
             .cloned()
     }
 
-    fn insert(&self, policy_id: u32, installed: Arc<InstalledPolicy>) {
+    /// Names `policy_id` in events from now on (the enforcer registers what it installs).
+    pub fn insert(&self, policy_id: u32, installed: Arc<InstalledPolicy>) {
         self.0
             .write()
             .unwrap_or_else(|poison| poison.into_inner())

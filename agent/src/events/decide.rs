@@ -61,6 +61,26 @@ pub struct Decoded {
     pub policy: Option<Arc<InstalledPolicy>>,
 }
 
+/// A module's verdicts on a batch, by kind: counted once per batch.
+#[derive(Default)]
+struct VerdictCounts {
+    keep: u64,
+    drop: u64,
+    kill: u64,
+}
+
+impl VerdictCounts {
+    fn count(&mut self, verdict: &Verdict) {
+        if verdict.kill {
+            self.kill += 1;
+        } else if verdict.keep {
+            self.keep += 1;
+        } else {
+            self.drop += 1;
+        }
+    }
+}
+
 /// Severity names, lowest first.
 const SEVERITIES: [&str; 5] = ["info", "low", "medium", "high", "critical"];
 
@@ -85,7 +105,7 @@ fn module_event(event: &AuditEvent) -> Event {
         uid: event.uid,
         comm: event.comm.clone(),
         path: event.path.clone(),
-        json: serde_json::to_string(event).expect("events serialize"),
+        json: event.facts_json().to_owned(),
     }
 }
 
@@ -123,11 +143,13 @@ impl Deciding {
             let inputs: Vec<Event> = indices.iter().map(|&i| module_event(&events[i])).collect();
             match self.decide(&decider, &inputs, &mut failures) {
                 Some(verdicts) => {
+                    let mut counts = VerdictCounts::default();
                     for (&index, verdict) in indices.iter().zip(verdicts) {
                         keep[index] &= verdict.keep;
-                        self.count_verdict(&decider, &verdict);
+                        counts.count(&verdict);
                         self.apply_verdict(&mut events[index], verdict);
                     }
+                    self.count_verdicts(&decider, counts);
                 }
                 None if decider.on_failure == OnFailure::Drop => {
                     for &index in &indices {
@@ -233,21 +255,22 @@ impl Deciding {
         Ok(verdicts)
     }
 
-    fn count_verdict(&self, decider: &Decider, verdict: &Verdict) {
-        let name = if verdict.kill {
-            "kill"
-        } else if verdict.keep {
-            "keep"
-        } else {
-            "drop"
-        };
-        self.metrics
-            .verdicts
-            .get_or_create(&[
-                ("module", decider.name.clone()),
-                ("verdict", name.to_owned()),
-            ])
-            .inc();
+    fn count_verdicts(&self, decider: &Decider, counts: VerdictCounts) {
+        for (name, count) in [
+            ("keep", counts.keep),
+            ("drop", counts.drop),
+            ("kill", counts.kill),
+        ] {
+            if count > 0 {
+                self.metrics
+                    .verdicts
+                    .get_or_create(&[
+                        ("module", decider.name.clone()),
+                        ("verdict", name.to_owned()),
+                    ])
+                    .inc_by(count);
+            }
+        }
     }
 
     fn apply_verdict(&self, event: &mut AuditEvent, verdict: Verdict) {
@@ -255,16 +278,17 @@ impl Deciding {
             // The highest severity any module gave.
             let rank = severity_rank(severity);
             let current = event
+                .added
                 .severity
                 .and_then(|name| SEVERITIES.iter().position(|known| *known == name));
             if current.is_none_or(|current| current < rank) {
-                event.severity = Some(SEVERITIES[rank]);
+                event.added.severity = Some(SEVERITIES[rank]);
             }
         }
-        event.tags.extend(verdict.tags);
-        event.annotations.extend(verdict.annotations);
-        if verdict.kill && !event.killed {
-            event.killed = self.kill(event);
+        event.added.tags.extend(verdict.tags);
+        event.added.annotations.extend(verdict.annotations);
+        if verdict.kill && !event.added.killed {
+            event.added.killed = self.kill(event);
         }
     }
 

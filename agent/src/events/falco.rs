@@ -301,10 +301,6 @@ mod tests {
             permissions: vec!["read"],
             errno: 1,
             suppressed: 0,
-            severity: None,
-            tags: Vec::new(),
-            annotations: Default::default(),
-            killed: false,
             object_pid: None,
             signal: None,
             capability: None,
@@ -312,7 +308,10 @@ mod tests {
             socket: None,
             rdev: None,
             arg: None,
+            added: Default::default(),
+            facts: String::new(),
         }
+        .with_facts()
     }
 
     #[test]

@@ -65,16 +65,6 @@ pub struct AuditEvent {
     /// Events of this rule and target the audit rate suppressed since the previous one.
     #[serde(skip_serializing_if = "is_zero")]
     pub suppressed: u32,
-    /// From the policy's rule modules: the highest severity they gave.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub severity: Option<&'static str>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tags: Vec<String>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
-    /// A rule module had the process killed.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub killed: bool,
     /// Signal and ptrace hooks: the process acted on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub object_pid: Option<u32>,
@@ -97,6 +87,59 @@ pub struct AuditEvent {
     /// socket_setsockopt: level << 16 | option; socket_create: the type.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arg: Option<u32>,
+    /// What rule modules added; written after the fields above.
+    #[serde(flatten)]
+    pub added: Added,
+    /// The fields above as one JSON object, serialized once when the event is decoded: what rule
+    /// modules read and what `write_json` starts from.
+    #[serde(skip)]
+    facts: String,
+}
+
+/// What rule modules add to an event.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Added {
+    /// The highest severity they gave.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub severity: Option<&'static str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// A rule module had the process killed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub killed: bool,
+}
+
+impl AuditEvent {
+    /// Serializes the facts once, for `facts_json` and `write_json`; nothing may have been
+    /// added yet.
+    fn with_facts(mut self) -> Self {
+        debug_assert_eq!(self.added, Added::default());
+        self.facts = serde_json::to_string(&self).expect("events serialize");
+        self
+    }
+
+    /// The event as the kernel reported it and the decoder named it, as JSON.
+    pub fn facts_json(&self) -> &str {
+        &self.facts
+    }
+
+    /// Appends the event as one JSON object, as `serde_json` would write it, without
+    /// serializing its facts again.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        // The facts' object without its closing brace, then the added fields' object with its
+        // opening brace turned into a comma (or nothing, when nothing was added).
+        out.extend_from_slice(&self.facts.as_bytes()[..self.facts.len() - 1]);
+        let added = out.len();
+        serde_json::to_writer(&mut *out, &self.added).expect("events serialize");
+        if out.len() - added == 2 {
+            out.truncate(added);
+            out.push(b'}');
+        } else {
+            out[added] = b',';
+        }
+    }
 }
 
 /// A rule module that failed to decide a batch of events (reported at most once a minute per
@@ -248,10 +291,6 @@ impl Decoder {
             permissions,
             errno: -event.error,
             suppressed: event.suppressed,
-            severity: None,
-            tags: Vec::new(),
-            annotations: BTreeMap::new(),
-            killed: false,
             object_pid: (event.object_pid != 0).then_some(event.object_pid),
             signal: (hook == HOOK_TASK_KILL).then_some(event.arg),
             capability: (hook == HOOK_CAPABLE).then(|| {
@@ -286,10 +325,50 @@ impl Decoder {
                     | HOOK_SOCKET_CREATE
             )
             .then_some(event.arg),
+            added: Added::default(),
+            facts: String::new(),
         };
         Decoded {
-            event,
+            event: event.with_facts(),
             policy: installed,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use palisade_common::HOOK_FILE_OPEN;
+
+    use super::*;
+
+    #[test]
+    fn an_event_is_written_as_serde_writes_it_before_and_after_modules_add_to_it() {
+        let decoder = Decoder::new(PolicyRegistry::default(), PodRegistry::default());
+        let mut kernel = Event {
+            hook: HOOK_FILE_OPEN,
+            perms: PERM_READ,
+            pid: 7,
+            ..Event::default()
+        };
+        let path = b"/etc/\"odd\"\n";
+        kernel.path[..path.len()].copy_from_slice(path);
+        let mut event = decoder.decode(&kernel).event;
+        let written = |event: &AuditEvent| {
+            let mut out = Vec::new();
+            event.write_json(&mut out);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(written(&event), serde_json::to_string(&event).unwrap());
+        event.added = Added {
+            severity: Some("high"),
+            tags: vec!["protected-file".to_owned()],
+            annotations: [("attempt".to_owned(), "cat \"x\"".to_owned())].into(),
+            killed: true,
+        };
+        assert_eq!(written(&event), serde_json::to_string(&event).unwrap());
+        let value: serde_json::Value = serde_json::from_str(&written(&event)).unwrap();
+        assert_eq!(value["path"], "/etc/\"odd\"\n");
+        assert_eq!(value["severity"], "high");
+        assert_eq!(value["killed"], true);
     }
 }

@@ -44,8 +44,7 @@ impl JsonLines {
         }
     }
 
-    fn add_line(&mut self, value: &impl serde::Serialize) {
-        serde_json::to_writer(&mut self.batch, value).expect("events serialize");
+    fn end_line(&mut self) {
         self.batch.push(b'\n');
         self.lines += 1;
     }
@@ -53,11 +52,13 @@ impl JsonLines {
 
 impl Sink for JsonLines {
     fn send(&mut self, event: &AuditEvent) {
-        self.add_line(event);
+        event.write_json(&mut self.batch);
+        self.end_line();
     }
 
     fn report(&mut self, failure: &ModuleFailure) {
-        self.add_line(failure);
+        serde_json::to_writer(&mut self.batch, failure).expect("failures serialize");
+        self.end_line();
     }
 
     fn flush(&mut self) {
