@@ -417,7 +417,10 @@ fn inspect_shows_the_digest_and_the_abi() {
     assert!(text.contains("export   compile (function)"), "{text}");
     assert!(text.contains("export   decide (function)"), "{text}");
     assert!(
-        text.contains("kind     a component (palisade:rule@0.1.0)"),
+        text.contains(&format!(
+            "kind     a component (palisade:rule@{})",
+            palisade_agent::rules::ABI_VERSION
+        )),
         "{text}"
     );
     assert!(text.contains("abi      ok: this agent runs it"), "{text}");

@@ -15,6 +15,7 @@ use std::{
 
 use palisade_agent::rules::{Context, Event, LoadedModule, RuleHost, event_from_json};
 use palisade_benchmarks::{register_font, workspace};
+use palisade_rule_sdk::JsonEvent;
 use plotters::prelude::*;
 
 const REPETITIONS: usize = 300;
@@ -35,23 +36,17 @@ fn event(index: usize) -> serde_json::Value {
     })
 }
 
-/// Time per event of `decide` on batches of `batch` events (made by `convert`, outside the
-/// time measured), over REPETITIONS batches.
-fn per_event<E>(
-    batch: usize,
-    convert: impl Fn(&serde_json::Value) -> E,
-    mut decide: impl FnMut(&[E]),
-) -> (Duration, Duration) {
-    let events: Vec<E> = (0..batch).map(|index| convert(&event(index))).collect();
+/// Time per event of `decide` on `events` (one batch), over REPETITIONS batches.
+fn per_event<E>(events: &[E], mut decide: impl FnMut(&[E])) -> (Duration, Duration) {
     // Warm up.
     for _ in 0..10 {
-        decide(&events);
+        decide(events);
     }
     let samples = (0..REPETITIONS)
         .map(|_| {
             let started = Instant::now();
-            decide(&events);
-            started.elapsed() / batch as u32
+            decide(events);
+            started.elapsed() / events.len() as u32
         })
         .collect();
     summary(samples)
@@ -93,8 +88,13 @@ fn main() -> anyhow::Result<()> {
     let mut row =
         |what: String, (median, p90): (Duration, Duration)| rows.push(Row { what, median, p90 });
     for batch in BATCHES {
+        // Converted from the agent's JSON form before the time measured.
+        let json_events: Vec<JsonEvent> = (0..batch).map(|i| JsonEvent::new(event(i))).collect();
+        let native_events: Vec<palisade_rule_sdk::Event> =
+            json_events.iter().map(JsonEvent::event).collect();
+        let events: Vec<Event> = (0..batch).map(|i| event_from_json(&event(i))).collect();
         let native_config: palisade_rule_protect_files::Config = serde_json::from_str(rust_config)?;
-        let native = per_event(batch, palisade_rule_sdk::Event::from_json, |events| {
+        let native = per_event(&native_events, |events| {
             for event in events {
                 std::hint::black_box(
                     <palisade_rule_protect_files::ProtectFiles as palisade_rule_sdk::Rule>::decide(
@@ -107,17 +107,17 @@ fn main() -> anyhow::Result<()> {
         row(format!("native Rust, batch {batch}"), native);
         row(
             format!("Rust module (Wasm component), batch {batch}"),
-            per_event(batch, event_from_json, wasm_decide(&rust, rust_config)),
+            per_event(&events, wasm_decide(&rust, rust_config)),
         );
         row(
             format!("Rego module (OPA Wasm), batch {batch}"),
-            per_event(batch, event_from_json, wasm_decide(&rego, rego_config)),
+            per_event(&events, wasm_decide(&rego, rego_config)),
         );
     }
     // What a module that failed costs on its next batch: a fresh instance.
     row(
         "Rust module, a fresh instance for the call, batch 1".to_owned(),
-        per_event(1, event_from_json, |events| {
+        per_event(&[event_from_json(&event(0))], |events| {
             let verdicts = rust.decide(rust_config, events).expect("decides");
             assert_eq!(verdicts.len(), events.len());
         }),

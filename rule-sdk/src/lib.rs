@@ -56,7 +56,7 @@ pub mod bindings {
 }
 
 pub use bindings::{
-    Context, Entry, Event, Guest, Verdict,
+    Context, Entry, Guest, Verdict,
     palisade::rule::types::{
         Action, FileRule, Matcher, NetworkRule, Permission, Protocol, Severity,
     },
@@ -65,7 +65,7 @@ pub use bindings::{
 pub use serde_json;
 
 /// The ABI version this SDK builds modules for (the WIT package version).
-pub const ABI_VERSION: &str = "0.1.0";
+pub const ABI_VERSION: &str = "0.2.0";
 
 /// A rule module.
 pub trait Rule {
@@ -77,7 +77,7 @@ pub trait Rule {
 
     /// What happens to one audit event of a policy that uses the module with `config`. By
     /// default the event goes on unchanged.
-    fn decide(config: &Self::Config, event: &Event) -> Verdict {
+    fn decide(config: &Self::Config, event: &Event<'_>) -> Verdict {
         let _ = (config, event);
         Verdict::keep()
     }
@@ -94,7 +94,7 @@ pub fn compile_json<R: Rule>(config: &str, context: &Context) -> Result<Vec<Entr
 
 /// Runs `R::decide` on each event, as the agent calls it. A configuration `compile` accepted
 /// always parses; should it not, every event goes on unchanged.
-pub fn decide_json<R: Rule>(config: &str, events: &[Event]) -> Vec<Verdict> {
+pub fn decide_json<R: Rule>(config: &str, events: &[Event<'_>]) -> Vec<Verdict> {
     match parse_config::<R>(config) {
         Ok(config) => events
             .iter()
@@ -121,8 +121,13 @@ macro_rules! rule {
 
             fn decide(
                 config: ::std::string::String,
-                events: ::std::vec::Vec<$crate::Event>,
+                text: ::std::string::String,
+                events: ::std::vec::Vec<$crate::bindings::Event>,
             ) -> ::std::vec::Vec<$crate::Verdict> {
+                let events: ::std::vec::Vec<$crate::Event<'_>> = events
+                    .iter()
+                    .map(|event| $crate::Event::from_spans(&text, event))
+                    .collect();
                 $crate::decide_json::<$rule>(&config, &events)
             }
         }
@@ -200,13 +205,67 @@ impl Entry {
     }
 }
 
-impl Event {
-    /// The event an agent wrote as a JSON line (`{"hook": "file_open", "action": "deny", ...}`),
-    /// as modules receive it.
-    pub fn from_json(event: &serde_json::Value) -> Self {
-        let text = |field: &str| event[field].as_str().unwrap_or_default().to_owned();
-        let number = |field: &str| event[field].as_u64().unwrap_or_default() as u32;
+/// An audit event, as the agent reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event<'a> {
+    /// The LSM hook that decided: "file_open", "bprm_check_security", "socket_connect"...
+    pub hook: &'a str,
+    /// "deny", or "audit" for an operation allowed and reported.
+    pub action: &'a str,
+    pub policy: &'a str,
+    pub rule: &'a str,
+    pub pid: u32,
+    pub uid: u32,
+    pub comm: &'a str,
+    /// The file, for file and exec hooks.
+    pub path: &'a str,
+    /// The whole event as JSON: every field the agent writes but what rule modules add.
+    pub json: &'a str,
+}
+
+impl<'a> Event<'a> {
+    /// The event whose text fields are spans of the batch's `text`, as the agent passes it. A
+    /// span outside `text` (which the agent never passes) reads as "".
+    #[doc(hidden)]
+    pub fn from_spans(text: &'a str, event: &bindings::Event) -> Self {
+        let field = |span: bindings::palisade::rule::types::Span| {
+            let start = span.start as usize;
+            start
+                .checked_add(span.len as usize)
+                .and_then(|end| text.get(start..end))
+                .unwrap_or_default()
+        };
         Self {
+            hook: field(event.hook),
+            action: field(event.action),
+            policy: field(event.policy),
+            rule: field(event.rule),
+            pid: event.pid,
+            uid: event.uid,
+            comm: field(event.comm),
+            path: field(event.path),
+            json: field(event.json),
+        }
+    }
+}
+
+/// An event read from a line of the agent's JSON output (`{"hook": "file_open", ...}`), which
+/// `event` lends as modules receive it.
+pub struct JsonEvent {
+    value: serde_json::Value,
+    text: String,
+}
+
+impl JsonEvent {
+    pub fn new(value: serde_json::Value) -> Self {
+        let text = value.to_string();
+        Self { value, text }
+    }
+
+    pub fn event(&self) -> Event<'_> {
+        let text = |field: &str| self.value[field].as_str().unwrap_or_default();
+        let number = |field: &str| self.value[field].as_u64().unwrap_or_default() as u32;
+        Event {
             hook: text("hook"),
             action: text("action"),
             policy: text("policy"),
@@ -215,7 +274,7 @@ impl Event {
             uid: number("uid"),
             comm: text("comm"),
             path: text("path"),
-            json: event.to_string(),
+            json: &self.text,
         }
     }
 }

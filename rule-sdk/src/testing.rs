@@ -12,7 +12,7 @@ use std::{fmt::Debug, path::Path};
 
 use serde::{Deserialize, de::DeserializeOwned};
 
-use crate::{Context, Entry, Event, Rule, Verdict};
+use crate::{Context, Entry, JsonEvent, Rule, Verdict};
 
 /// A fixture, over the entry and verdict types of whoever runs it (this SDK natively, or the
 /// agent's host for a built module).
@@ -134,7 +134,10 @@ pub fn check_fixtures<R: Rule>(dir: impl AsRef<Path>) {
             let mismatch = mismatch(
                 fixture,
                 |config| crate::compile_json::<R>(config, &context()),
-                |config, event| Ok(crate::decide_json::<R>(config, &[Event::from_json(event)])),
+                |config, event| {
+                    let event = JsonEvent::new(event.clone());
+                    Ok(crate::decide_json::<R>(config, &[event.event()]))
+                },
             )?;
             Some(format!("{name}: {mismatch}"))
         })

@@ -17,19 +17,24 @@ use wasmtime::{
     component::{Component, Linker},
 };
 
-wasmtime::component::bindgen!({
-    world: "rule",
-    path: "../rule-sdk/wit",
-    additional_derives: [serde::Serialize, serde::Deserialize, PartialEq],
-});
+mod bindings {
+    wasmtime::component::bindgen!({
+        world: "rule",
+        path: "../rule-sdk/wit",
+        additional_derives: [serde::Serialize, serde::Deserialize, PartialEq],
+    });
+}
+
+use bindings::{Rule, RulePre};
+use types::{Context, Entry, Verdict};
 
 /// The types of the ABI, as the host sees them.
 pub mod types {
-    pub use super::palisade::rule::types::*;
+    pub use super::bindings::palisade::rule::types::*;
 }
 
 /// The ABI modules must be built for (the version of the WIT package `palisade:rule`).
-pub const ABI_VERSION: &str = "0.1.0";
+pub const ABI_VERSION: &str = "0.2.0";
 
 /// Memory one instance may grow to.
 const MEMORY_LIMIT: usize = 64 << 20;
@@ -359,7 +364,7 @@ pub struct Inspection {
     /// SHA-256 of the file, in hex: what a policy's `sha256` must say.
     pub digest: String,
     /// What the agent takes the module for, and the ABI it must follow.
-    pub kind: &'static str,
+    pub kind: String,
     pub size: usize,
     /// "NAME (KIND)" of each import and export.
     pub imports: Vec<String>,
@@ -385,7 +390,8 @@ impl RuleHost {
         let artifact = self.artifact(path, &bytes, &digest)?;
         let (kind, imports, exports) = match &artifact {
             Artifact::Rego(module) => (
-                "a Rego policy (OPA Wasm ABI 1.x, entrypoints palisade/compile and palisade/decide)",
+                "a Rego policy (OPA Wasm ABI 1.x, entrypoints palisade/compile and palisade/decide)"
+                    .to_owned(),
                 module
                     .imports()
                     .map(|import| format!("{}.{} (core)", import.module(), import.name()))
@@ -401,7 +407,7 @@ impl RuleHost {
                     format!("{name} ({})", item_kind(&item.ty))
                 };
                 (
-                    "a component (palisade:rule@0.1.0)",
+                    format!("a component (palisade:rule@{ABI_VERSION})"),
                     ty.imports(&self.engine).map(named).collect(),
                     ty.exports(&self.engine).map(named).collect(),
                 )
@@ -485,6 +491,69 @@ impl LoadedModule {
     }
 }
 
+/// An audit event as rule modules see it (`event` of `palisade:rule`, its text in place).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub hook: String,
+    pub action: String,
+    pub policy: String,
+    pub rule: String,
+    pub pid: u32,
+    pub uid: u32,
+    pub comm: String,
+    pub path: String,
+    pub json: String,
+}
+
+/// A batch as a component's `decide` takes it: the events' text fields one after another in
+/// one string, and each event's fields as spans of it.
+fn pack(events: &[Event]) -> (String, Vec<types::Event>) {
+    let mut text = String::with_capacity(
+        events
+            .iter()
+            .map(|event| {
+                let Event {
+                    hook,
+                    action,
+                    policy,
+                    rule,
+                    comm,
+                    path,
+                    json,
+                    ..
+                } = event;
+                [hook, action, policy, rule, comm, path, json]
+                    .map(String::len)
+                    .iter()
+                    .sum::<usize>()
+            })
+            .sum(),
+    );
+    let mut span = |field: &str| {
+        let start = text.len() as u32;
+        text.push_str(field);
+        types::Span {
+            start,
+            len: field.len() as u32,
+        }
+    };
+    let packed = events
+        .iter()
+        .map(|event| types::Event {
+            hook: span(&event.hook),
+            action: span(&event.action),
+            policy: span(&event.policy),
+            rule: span(&event.rule),
+            pid: event.pid,
+            uid: event.uid,
+            comm: span(&event.comm),
+            path: span(&event.path),
+            json: span(&event.json),
+        })
+        .collect();
+    (text, packed)
+}
+
 impl ModuleInstance {
     /// The kernel rules the module makes of `config` (JSON).
     pub fn compile(&mut self, config: &str, context: &Context) -> Result<Vec<Entry>, ModuleError> {
@@ -504,7 +573,10 @@ impl ModuleInstance {
         set_budget(&mut self.store, DECIDE_BUDGET);
         let store = &mut self.store;
         let verdicts = match &self.running {
-            Running::Component(rule) => rule.call_decide(store, config, events),
+            Running::Component(rule) => {
+                let (text, events) = pack(events);
+                rule.call_decide(store, config, &text, &events)
+            }
             Running::Rego(opa) => opa.decide(store, config, events),
         }
         .map_err(ModuleError::failed)?;

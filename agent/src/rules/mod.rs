@@ -10,10 +10,11 @@ mod opa;
 
 pub use build::build;
 pub use host::{
-    ABI_VERSION, FailureKind, Inspection, LoadedModule, ModuleError, ModuleInstance, RuleHost,
+    ABI_VERSION, Event, FailureKind, Inspection, LoadedModule, ModuleError, ModuleInstance,
+    RuleHost,
     types::{
-        Action, Context, Entry, Event, FileRule, Matcher, NetworkRule, Permission, Protocol,
-        Severity, Verdict,
+        Action, Context, Entry, FileRule, Matcher, NetworkRule, Permission, Protocol, Severity,
+        Verdict,
     },
 };
 

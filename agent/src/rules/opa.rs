@@ -14,7 +14,7 @@
 use serde::Deserialize;
 use wasmtime::{Extern, ExternType, Func, Instance, Memory, MemoryType, Module, Store, TypedFunc};
 
-use super::host::{State, types};
+use super::host::{Event, State, types};
 
 pub const COMPILE_ENTRYPOINT: &str = "palisade/compile";
 pub const DECIDE_ENTRYPOINT: &str = "palisade/decide";
@@ -276,7 +276,7 @@ impl OpaInstance {
         &self,
         store: &mut Store<State>,
         config: &str,
-        events: &[types::Event],
+        events: &[Event],
     ) -> wasmtime::Result<Vec<types::Verdict>> {
         events
             .iter()

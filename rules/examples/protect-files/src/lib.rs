@@ -43,7 +43,7 @@ impl Rule for ProtectFiles {
     }
 
     fn decide(config: &Config, event: &Event) -> Verdict {
-        if config.quiet.contains(&event.comm) {
+        if config.quiet.iter().any(|quiet| quiet == event.comm) {
             return Verdict::drop();
         }
         let verdict = Verdict::keep()
@@ -53,7 +53,7 @@ impl Rule for ProtectFiles {
                 "attempt",
                 format!("{} (uid {}) on {}", event.comm, event.uid, event.path),
             );
-        if config.kill.contains(&event.comm) {
+        if config.kill.iter().any(|kill| kill == event.comm) {
             verdict.kill()
         } else {
             verdict
