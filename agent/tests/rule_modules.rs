@@ -285,17 +285,17 @@ fn files_that_are_not_rule_modules_are_refused_with_the_reason() {
 }
 
 /// An event for a misbehaving module to decide.
-fn denied_read() -> Event {
+fn denied_read() -> Event<'static> {
     Event {
-        hook: "file_open".to_owned(),
-        action: "deny".to_owned(),
-        policy: "test".to_owned(),
-        rule: "bad/deny".to_owned(),
+        hook: "file_open",
+        action: "deny",
+        policy: "test",
+        rule: "bad/deny",
         pid: 1,
         uid: 0,
-        comm: "cat".to_owned(),
-        path: "/etc/shadow".to_owned(),
-        json: "{}".to_owned(),
+        comm: "cat",
+        path: "/etc/shadow",
+        json: "{}",
     }
 }
 
@@ -333,7 +333,7 @@ fn a_misbehaving_module_is_stopped_within_its_budget_and_the_host_goes_on() {
         .compile("{\"deny\": \"/srv/secret\"}", &context())
         .unwrap();
     assert_eq!(entries.len(), 1);
-    let verdicts = loaded.decide("{}", &[event.clone(), event]).unwrap();
+    let verdicts = loaded.decide("{}", &[event, event]).unwrap();
     assert_eq!(verdicts.len(), 2);
     assert!(verdicts.iter().all(|verdict| verdict.keep));
 }
@@ -369,16 +369,16 @@ fn the_example_module_rates_silences_and_asks_to_kill() {
     let host = RuleHost::new(None).unwrap();
     let (path, digest) = module("rules/examples/protect-files");
     let loaded = host.load(&path, &digest).unwrap();
-    let event = |comm: &str| Event {
-        hook: "file_open".to_owned(),
-        action: "deny".to_owned(),
-        policy: "test".to_owned(),
-        rule: "protect-files/protected-files".to_owned(),
+    let event = |comm: &'static str| Event {
+        hook: "file_open",
+        action: "deny",
+        policy: "test",
+        rule: "protect-files/protected-files",
         pid: 7,
         uid: 1000,
-        comm: comm.to_owned(),
-        path: "/srv/secrets/token".to_owned(),
-        json: "{}".to_owned(),
+        comm,
+        path: "/srv/secrets/token",
+        json: "{}",
     };
     let verdicts = loaded
         .decide(

@@ -137,6 +137,10 @@ pub struct ThroughputSample {
     /// Events written by the sink.
     pub written: u64,
     pub agent_cpu_seconds: f64,
+    /// Of `agent_cpu_seconds`, the time in the kernel (reading the ring buffer, writing the
+    /// events file, waking threads).
+    #[serde(default)]
+    pub agent_system_seconds: f64,
     pub agent_rss_bytes: u64,
 }
 

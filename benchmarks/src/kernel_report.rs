@@ -560,7 +560,7 @@ fn throughput_rows(kernel: &Kernel) -> Vec<&ThroughputSample> {
 
 fn throughput_table(kernels: &[Kernel]) -> String {
     let mut md = String::from(
-        "\n## Event throughput\n\nDenials through the ring buffer, the decoder, a Wasm rule module's decide and the file sink (no rate limit). Accounted: produced = written + dropped by the rule module, the agent or the kernel + throttled + still queued.\n\n",
+        "\n## Event throughput\n\nDenials through the ring buffer, the decoder, a Wasm rule module's decide and the file sink (no rate limit). Accounted: produced = written + dropped by the rule module, the agent or the kernel + throttled + still queued. The agent's CPU time per written event includes its idle work (timers, its own metrics) and, in parentheses, the part spent in the kernel on its behalf (reading the ring buffer, writing the events file, waking its threads; sampled at the kernel's tick).\n\n",
     );
     md += &table_head(
         &["kernel"],
@@ -573,7 +573,7 @@ fn throughput_table(kernels: &[Kernel]) -> String {
             "throttled",
             "kept",
             "agent CPU",
-            "agent ns per written event",
+            "agent ns per written event (in the kernel)",
             "agent RSS",
             "accounted",
         ],
@@ -583,7 +583,12 @@ fn throughput_table(kernels: &[Kernel]) -> String {
             let per_event = if row.written == 0 {
                 "-".to_owned()
             } else {
-                format!("{:.0}", row.agent_cpu_seconds * 1e9 / row.written as f64)
+                let per_event = |seconds: f64| seconds * 1e9 / row.written as f64;
+                format!(
+                    "{:.0} ({:.0})",
+                    per_event(row.agent_cpu_seconds),
+                    per_event(row.agent_system_seconds)
+                )
             };
             let rate =
                 |count| per_second(count, row).map_or("-".into(), |rate| format!("{rate:.0}"));

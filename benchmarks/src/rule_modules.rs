@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use palisade_agent::rules::{Context, Event, LoadedModule, RuleHost, event_from_json};
+use palisade_agent::rules::{Context, Event, LoadedModule, RuleHost};
 use palisade_benchmarks::{register_font, workspace};
 use palisade_rule_sdk::JsonEvent;
 use plotters::prelude::*;
@@ -90,11 +90,9 @@ fn main() -> anyhow::Result<()> {
     for batch in BATCHES {
         // Converted from the agent's JSON form before the time measured.
         let json_events: Vec<JsonEvent> = (0..batch).map(|i| JsonEvent::new(event(i))).collect();
-        let native_events: Vec<palisade_rule_sdk::Event> =
-            json_events.iter().map(JsonEvent::event).collect();
-        let events: Vec<Event> = (0..batch).map(|i| event_from_json(&event(i))).collect();
+        let events: Vec<Event> = json_events.iter().map(JsonEvent::event).collect();
         let native_config: palisade_rule_protect_files::Config = serde_json::from_str(rust_config)?;
-        let native = per_event(&native_events, |events| {
+        let native = per_event(&events, |events| {
             for event in events {
                 std::hint::black_box(
                     <palisade_rule_protect_files::ProtectFiles as palisade_rule_sdk::Rule>::decide(
@@ -117,7 +115,7 @@ fn main() -> anyhow::Result<()> {
     // What a module that failed costs on its next batch: a fresh instance.
     row(
         "Rust module, a fresh instance for the call, batch 1".to_owned(),
-        per_event(&[event_from_json(&event(0))], |events| {
+        per_event(&[JsonEvent::new(event(0)).event()], |events| {
             let verdicts = rust.decide(rust_config, events).expect("decides");
             assert_eq!(verdicts.len(), events.len());
         }),

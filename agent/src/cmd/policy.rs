@@ -196,7 +196,9 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
 pub fn test(dir: &Path, module: Option<&Path>, out: &mut impl Write) -> anyhow::Result<bool> {
     use palisade_rule_sdk::testing::{NamedFixture, mismatch, read_fixtures};
 
-    use crate::rules::{Entry, Verdict as ModuleVerdict, event_from_json};
+    use palisade_rule_sdk::JsonEvent;
+
+    use crate::rules::{Entry, Verdict as ModuleVerdict};
 
     let built;
     let module = match module {
@@ -233,8 +235,9 @@ pub fn test(dir: &Path, module: Option<&Path>, out: &mut impl Write) -> anyhow::
                     .map_err(|err| err.to_string())
             },
             |config, event| {
+                let event = JsonEvent::new(event.clone());
                 loaded
-                    .decide(config, &[event_from_json(event)])
+                    .decide(config, &[event.event()])
                     .map_err(|err| err.to_string())
             },
         );

@@ -95,17 +95,17 @@ fn severity_rank(severity: Severity) -> usize {
 }
 
 /// The event as modules see it.
-fn module_event(event: &AuditEvent) -> Event {
+fn module_event(event: &AuditEvent) -> Event<'_> {
     Event {
-        hook: event.hook.to_owned(),
-        action: event.action.to_owned(),
-        policy: event.policy.clone().unwrap_or_default(),
-        rule: event.rule.clone().unwrap_or_default(),
+        hook: event.hook,
+        action: event.action,
+        policy: event.policy.as_deref().unwrap_or_default(),
+        rule: event.rule.as_deref().unwrap_or_default(),
         pid: event.pid,
         uid: event.uid,
-        comm: event.comm.clone(),
-        path: event.path.clone(),
-        json: event.facts_json().to_owned(),
+        comm: &event.comm,
+        path: &event.path,
+        json: event.facts_json(),
     }
 }
 
@@ -140,7 +140,8 @@ impl Deciding {
         let mut keep = vec![true; events.len()];
         let mut failures = Vec::new();
         for (decider, indices) in groups {
-            let inputs: Vec<Event> = indices.iter().map(|&i| module_event(&events[i])).collect();
+            let inputs: Vec<Event<'_>> =
+                indices.iter().map(|&i| module_event(&events[i])).collect();
             match self.decide(&decider, &inputs, &mut failures) {
                 Some(verdicts) => {
                     let mut counts = VerdictCounts::default();
@@ -176,7 +177,7 @@ impl Deciding {
     fn decide(
         &mut self,
         decider: &Decider,
-        events: &[Event],
+        events: &[Event<'_>],
         failures: &mut Vec<ModuleFailure>,
     ) -> Option<Vec<Verdict>> {
         let started = Instant::now();
@@ -236,7 +237,7 @@ impl Deciding {
     fn warm_decide(
         &mut self,
         decider: &Decider,
-        events: &[Event],
+        events: &[Event<'_>],
     ) -> Result<Vec<Verdict>, Option<ModuleError>> {
         let key = (decider.digest.clone(), decider.config.clone());
         let mut warm = match self.instances.remove(&key) {

@@ -4,6 +4,7 @@
 
 mod decide;
 mod falco;
+mod json;
 mod queue;
 mod reader;
 mod sink;
@@ -112,33 +113,19 @@ pub struct Added {
 }
 
 impl AuditEvent {
-    /// Serializes the facts once, for `facts_json` and `write_json`; nothing may have been
-    /// added yet.
+    /// Writes the facts once, for `facts_json` and `write_json`; nothing may have been added
+    /// yet.
     fn with_facts(mut self) -> Self {
         debug_assert_eq!(self.added, Added::default());
-        self.facts = serde_json::to_string(&self).expect("events serialize");
+        let mut facts = Vec::with_capacity(512);
+        self.write_facts(&mut facts);
+        self.facts = String::from_utf8(facts).expect("JSON of strings is UTF-8");
         self
     }
 
     /// The event as the kernel reported it and the decoder named it, as JSON.
     pub fn facts_json(&self) -> &str {
         &self.facts
-    }
-
-    /// Appends the event as one JSON object, as `serde_json` would write it, without
-    /// serializing its facts again.
-    pub fn write_json(&self, out: &mut Vec<u8>) {
-        // The facts' object without its closing brace, then the added fields' object with its
-        // opening brace turned into a comma (or nothing, when nothing was added).
-        out.extend_from_slice(&self.facts.as_bytes()[..self.facts.len() - 1]);
-        let added = out.len();
-        serde_json::to_writer(&mut *out, &self.added).expect("events serialize");
-        if out.len() - added == 2 {
-            out.truncate(added);
-            out.push(b'}');
-        } else {
-            out[added] = b',';
-        }
     }
 }
 
@@ -341,33 +328,71 @@ mod tests {
 
     use super::*;
 
+    fn written(event: &AuditEvent) -> String {
+        let mut out = Vec::new();
+        event.write_json(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn an_event_is_written_as_serde_writes_it_before_and_after_modules_add_to_it() {
         let decoder = Decoder::new(PolicyRegistry::default(), PodRegistry::default());
         let mut kernel = Event {
             hook: HOOK_FILE_OPEN,
-            perms: PERM_READ,
+            perms: PERM_READ | PERM_WRITE,
             pid: 7,
             ..Event::default()
         };
-        let path = b"/etc/\"odd\"\n";
+        let path = "/etc/\"odd\"\n\\\t\u{1}\u{7f}é\u{8}\u{c}\r".as_bytes();
         kernel.path[..path.len()].copy_from_slice(path);
-        let mut event = decoder.decode(&kernel).event;
-        let written = |event: &AuditEvent| {
-            let mut out = Vec::new();
-            event.write_json(&mut out);
-            String::from_utf8(out).unwrap()
-        };
+        let plain = decoder.decode(&kernel).event;
+        assert_eq!(written(&plain), serde_json::to_string(&plain).unwrap());
+        assert_eq!(plain.facts_json(), serde_json::to_string(&plain).unwrap());
+
+        // Every optional field, and what modules add.
+        let mut event = AuditEvent {
+            policy: Some("app".to_owned()),
+            rule: Some("no-\"x\"".to_owned()),
+            target: EventTarget {
+                cgroup_id: 9,
+                cgroup_path: Some("/sys/fs/cgroup/app".to_owned()),
+            },
+            kubernetes: Some(PodIdentity {
+                namespace: "default".to_owned(),
+                pod: "web-0".to_owned(),
+                container: Some("nginx".to_owned()),
+            }),
+            suppressed: 3,
+            object_pid: Some(1),
+            signal: Some(9),
+            capability: Some("CAP_SYS_ADMIN".to_owned()),
+            fs_type: Some("proc".to_owned()),
+            socket: Some(SocketInfo {
+                family: 2,
+                protocol: 6,
+                address: Some("10.0.0.1".to_owned()),
+                port: Some(443),
+            }),
+            rdev: Some("1:3".to_owned()),
+            arg: Some(u32::MAX),
+            errno: -1,
+            ..plain
+        }
+        .with_facts();
         assert_eq!(written(&event), serde_json::to_string(&event).unwrap());
         event.added = Added {
             severity: Some("high"),
-            tags: vec!["protected-file".to_owned()],
-            annotations: [("attempt".to_owned(), "cat \"x\"".to_owned())].into(),
+            tags: vec!["protected-file".to_owned(), "t\"2".to_owned()],
+            annotations: [
+                ("attempt".to_owned(), "cat \"x\"".to_owned()),
+                ("k\ney".to_owned(), String::new()),
+            ]
+            .into(),
             killed: true,
         };
         assert_eq!(written(&event), serde_json::to_string(&event).unwrap());
         let value: serde_json::Value = serde_json::from_str(&written(&event)).unwrap();
-        assert_eq!(value["path"], "/etc/\"odd\"\n");
+        assert_eq!(value["path"], String::from_utf8(path.to_vec()).unwrap());
         assert_eq!(value["severity"], "high");
         assert_eq!(value["killed"], true);
     }

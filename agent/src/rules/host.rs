@@ -28,6 +28,9 @@ mod bindings {
 use bindings::{Rule, RulePre};
 use types::{Context, Entry, Verdict};
 
+/// An audit event as rule modules see it: the SDK's, its fields borrowed.
+pub use palisade_rule_sdk::Event;
+
 /// The types of the ABI, as the host sees them.
 pub mod types {
     pub use super::bindings::palisade::rule::types::*;
@@ -486,28 +489,14 @@ impl LoadedModule {
     }
 
     /// The verdicts of a fresh instance on `events`: see `ModuleInstance::decide`.
-    pub fn decide(&self, config: &str, events: &[Event]) -> Result<Vec<Verdict>, ModuleError> {
+    pub fn decide(&self, config: &str, events: &[Event<'_>]) -> Result<Vec<Verdict>, ModuleError> {
         self.instantiate()?.decide(config, events)
     }
 }
 
-/// An audit event as rule modules see it (`event` of `palisade:rule`, its text in place).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    pub hook: String,
-    pub action: String,
-    pub policy: String,
-    pub rule: String,
-    pub pid: u32,
-    pub uid: u32,
-    pub comm: String,
-    pub path: String,
-    pub json: String,
-}
-
 /// A batch as a component's `decide` takes it: the events' text fields one after another in
 /// one string, and each event's fields as spans of it.
-fn pack(events: &[Event]) -> (String, Vec<types::Event>) {
+fn pack(events: &[Event<'_>]) -> (String, Vec<types::Event>) {
     let mut text = String::with_capacity(
         events
             .iter()
@@ -523,7 +512,7 @@ fn pack(events: &[Event]) -> (String, Vec<types::Event>) {
                     ..
                 } = event;
                 [hook, action, policy, rule, comm, path, json]
-                    .map(String::len)
+                    .map(|field| field.len())
                     .iter()
                     .sum::<usize>()
             })
@@ -540,15 +529,15 @@ fn pack(events: &[Event]) -> (String, Vec<types::Event>) {
     let packed = events
         .iter()
         .map(|event| types::Event {
-            hook: span(&event.hook),
-            action: span(&event.action),
-            policy: span(&event.policy),
-            rule: span(&event.rule),
+            hook: span(event.hook),
+            action: span(event.action),
+            policy: span(event.policy),
+            rule: span(event.rule),
             pid: event.pid,
             uid: event.uid,
-            comm: span(&event.comm),
-            path: span(&event.path),
-            json: span(&event.json),
+            comm: span(event.comm),
+            path: span(event.path),
+            json: span(event.json),
         })
         .collect();
     (text, packed)
@@ -569,7 +558,11 @@ impl ModuleInstance {
 
     /// The module's verdicts on `events` of a policy that uses it with `config`, one each, in
     /// order. After an error the instance must not be called again.
-    pub fn decide(&mut self, config: &str, events: &[Event]) -> Result<Vec<Verdict>, ModuleError> {
+    pub fn decide(
+        &mut self,
+        config: &str,
+        events: &[Event<'_>],
+    ) -> Result<Vec<Verdict>, ModuleError> {
         set_budget(&mut self.store, DECIDE_BUDGET);
         let store = &mut self.store;
         let verdicts = match &self.running {

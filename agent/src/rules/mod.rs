@@ -20,23 +20,6 @@ pub use host::{
 
 use std::path::Path;
 
-/// An event as modules see it, from a line of the agent's JSON output.
-pub fn event_from_json(event: &serde_json::Value) -> Event {
-    let text = |field: &str| event[field].as_str().unwrap_or_default().to_owned();
-    let number = |field: &str| event[field].as_u64().unwrap_or_default() as u32;
-    Event {
-        hook: text("hook"),
-        action: text("action"),
-        policy: text("policy"),
-        rule: text("rule"),
-        pid: number("pid"),
-        uid: number("uid"),
-        comm: text("comm"),
-        path: text("path"),
-        json: event.to_string(),
-    }
-}
-
 use crate::policy::{
     self, CapabilityRule, CompiledPolicy, CustomRules, Environment, ExecRule, MountRule,
     NetworkRule as PolicyNetworkRule, Policy, PolicyError, PortRange,

@@ -276,7 +276,7 @@ impl OpaInstance {
         &self,
         store: &mut Store<State>,
         config: &str,
-        events: &[Event],
+        events: &[Event<'_>],
     ) -> wasmtime::Result<Vec<types::Verdict>> {
         events
             .iter()

@@ -15,7 +15,7 @@ use super::{
     Settings, micro,
     states::{enhance_protect, file_rule, policy_file},
     system::{
-        Agent, Cgroups, POLICY_DIR, bench_command, clear_policies, in_cgroup, now_ns,
+        Agent, Cgroups, POLICY_DIR, Usage, bench_command, clear_policies, in_cgroup, now_ns,
         process_usage, wait_for, write_atomically,
     },
 };
@@ -69,11 +69,13 @@ fn footprint(cgroups: &Cgroups, policies: usize, total: usize) -> anyhow::Result
     let started = now_ns();
     agent.apply(&files)?;
     let apply_seconds = (now_ns() - started) as f64 / 1e9;
-    let (_, cpu_before) = process_usage(agent.pid())?;
+    let before = process_usage(agent.pid())?;
     let idle_started = now_ns();
     std::thread::sleep(Duration::from_secs(2));
-    let (rss_bytes, cpu_after) = process_usage(agent.pid())?;
-    let idle_cpu = (cpu_after - cpu_before) / ((now_ns() - idle_started) as f64 / 1e9);
+    let after = process_usage(agent.pid())?;
+    let rss_bytes = after.rss_bytes;
+    let idle_cpu =
+        (after.cpu_seconds() - before.cpu_seconds()) / ((now_ns() - idle_started) as f64 / 1e9);
     let map_bytes = agent.scrape()?.sum("palisade_bpf_map_memory_bytes") as u64;
     ensure!(map_bytes > 0, "the agent reports no BPF map memory");
     drop(sleepers);
@@ -175,7 +177,7 @@ struct Counters {
     agent_dropped: f64,
     queued: f64,
     written: u64,
-    cpu_seconds: f64,
+    usage: Usage,
 }
 
 fn counters(agent: &Agent) -> anyhow::Result<Counters> {
@@ -200,7 +202,7 @@ fn counters(agent: &Agent) -> anyhow::Result<Counters> {
             + scrape.sum("palisade_events_undecodable_total"),
         queued: scrape.sum("palisade_events_queued"),
         written,
-        cpu_seconds: process_usage(agent.pid())?.1,
+        usage: process_usage(agent.pid())?,
     })
 }
 
@@ -297,8 +299,9 @@ pub fn throughput(
             agent_dropped: (after.agent_dropped - before.agent_dropped) as u64,
             queued: after.queued as u64,
             written: after.written - before.written,
-            agent_cpu_seconds: after.cpu_seconds - before.cpu_seconds,
-            agent_rss_bytes: process_usage(agent.pid())?.0,
+            agent_cpu_seconds: after.usage.cpu_seconds() - before.usage.cpu_seconds(),
+            agent_system_seconds: after.usage.system_seconds - before.usage.system_seconds,
+            agent_rss_bytes: after.usage.rss_bytes,
         });
     }
     clear_policies()?;

@@ -115,7 +115,7 @@ pub fn soak(minutes: u64, cgroups: &Cgroups) -> anyhow::Result<Vec<SoakSample>> 
         let count = |name: &str| scrape.sum(name) as u64;
         let sample = SoakSample {
             minute,
-            rss_bytes: process_usage(agent.pid())?.0,
+            rss_bytes: process_usage(agent.pid())?.rss_bytes,
             map_bytes: count("palisade_bpf_map_memory_bytes"),
             produced,
             written: count("palisade_events_written_total"),

@@ -254,8 +254,21 @@ pub fn clear_policies() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resident memory and CPU time (user + system) of process `pid`.
-pub fn process_usage(pid: u32) -> anyhow::Result<(u64, f64)> {
+/// A process's resident memory and the CPU time it has used so far.
+pub struct Usage {
+    pub rss_bytes: u64,
+    pub user_seconds: f64,
+    /// In the kernel, on the process's behalf (system calls, faults).
+    pub system_seconds: f64,
+}
+
+impl Usage {
+    pub fn cpu_seconds(&self) -> f64 {
+        self.user_seconds + self.system_seconds
+    }
+}
+
+pub fn process_usage(pid: u32) -> anyhow::Result<Usage> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let rss_kb: u64 = status
         .lines()
@@ -270,10 +283,15 @@ pub fn process_usage(pid: u32) -> anyhow::Result<(u64, f64)> {
         .1
         .split_whitespace()
         .collect();
-    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Ok((rss_kb * 1024, ticks as f64 / per_second))
+    let seconds =
+        |field: &str| -> anyhow::Result<f64> { Ok(field.parse::<u64>()? as f64 / per_second) };
+    Ok(Usage {
+        rss_bytes: rss_kb * 1024,
+        user_seconds: seconds(fields[11])?,
+        system_seconds: seconds(fields[12])?,
+    })
 }
 
 /// The floor programs (ebpf/floor.bpf.c), attached while this lives.
