@@ -48,17 +48,12 @@ struct Warm {
     used: Instant,
 }
 
-/// What a batch became: the events to keep, in order, and the failures to report.
-#[derive(Debug, Default)]
-pub struct Decided {
-    pub events: Vec<AuditEvent>,
-    pub failures: Vec<ModuleFailure>,
-}
-
-/// A decoded event and the policy it names.
+/// A decoded event, the policy it names, and whether it goes on to the sinks.
 pub struct Decoded {
     pub event: AuditEvent,
     pub policy: Option<Arc<InstalledPolicy>>,
+    /// Until a module's verdict, or its failure under `onFailure: drop`, drops it.
+    pub keep: bool,
 }
 
 /// A module's verdicts on a batch, by kind: counted once per batch.
@@ -121,8 +116,9 @@ impl Deciding {
         }
     }
 
-    /// Applies the verdicts of the events' rule modules.
-    pub fn apply(&mut self, batch: Vec<Decoded>) -> Decided {
+    /// Applies the verdicts of the events' rule modules to `batch`, in place; returns the
+    /// failures to report.
+    pub fn apply(&mut self, batch: &mut [Decoded]) -> Vec<ModuleFailure> {
         // Events by the module (and configuration) that decides them, in order of appearance.
         let mut groups: Vec<(Decider, Vec<usize>)> = Vec::new();
         for (index, decoded) in batch.iter().enumerate() {
@@ -136,25 +132,26 @@ impl Deciding {
                 }
             }
         }
-        let mut events: Vec<AuditEvent> = batch.into_iter().map(|decoded| decoded.event).collect();
-        let mut keep = vec![true; events.len()];
         let mut failures = Vec::new();
         for (decider, indices) in groups {
-            let inputs: Vec<Event<'_>> =
-                indices.iter().map(|&i| module_event(&events[i])).collect();
+            let inputs: Vec<Event<'_>> = indices
+                .iter()
+                .map(|&i| module_event(&batch[i].event))
+                .collect();
             match self.decide(&decider, &inputs, &mut failures) {
                 Some(verdicts) => {
                     let mut counts = VerdictCounts::default();
                     for (&index, verdict) in indices.iter().zip(verdicts) {
-                        keep[index] &= verdict.keep;
+                        let decoded = &mut batch[index];
+                        decoded.keep &= verdict.keep;
                         counts.count(&verdict);
-                        self.apply_verdict(&mut events[index], verdict);
+                        self.apply_verdict(&mut decoded.event, verdict);
                     }
                     self.count_verdicts(&decider, counts);
                 }
                 None if decider.on_failure == OnFailure::Drop => {
                     for &index in &indices {
-                        keep[index] = false;
+                        batch[index].keep = false;
                     }
                 }
                 None => {}
@@ -162,14 +159,7 @@ impl Deciding {
         }
         self.instances
             .retain(|_, warm| warm.used.elapsed() < INSTANCE_IDLE);
-        Decided {
-            events: events
-                .into_iter()
-                .zip(keep)
-                .filter_map(|(event, keep)| keep.then_some(event))
-                .collect(),
-            failures,
-        }
+        failures
     }
 
     /// The module's verdicts, or None when it failed (counted; logged and added to `failures`

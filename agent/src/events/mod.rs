@@ -10,7 +10,7 @@ mod reader;
 mod sink;
 mod worker;
 
-pub use decide::{Decided, Deciding, Decoded};
+pub use decide::{Deciding, Decoded};
 pub use falco::{FalcoSink, FalcoWorker};
 pub use queue::EventQueue;
 pub use reader::EventReader;
@@ -318,6 +318,7 @@ impl Decoder {
         Decoded {
             event: event.with_facts(),
             policy: installed,
+            keep: true,
         }
     }
 }

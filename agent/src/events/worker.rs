@@ -26,16 +26,20 @@ impl EventWorker {
         let thread = std::thread::Builder::new()
             .name("events".to_owned())
             .spawn(move || {
+                // Both kept from batch to batch, with their capacity.
                 let mut batch = Vec::with_capacity(BATCH);
+                let mut decoded = Vec::with_capacity(BATCH);
                 while taking.take(&mut batch, BATCH) {
-                    let decoded = batch.iter().map(|event| decoder.decode(event)).collect();
-                    let decided = deciding.apply(decoded);
-                    for event in &decided.events {
+                    decoded.extend(batch.iter().map(|event| decoder.decode(event)));
+                    let failures = deciding.apply(&mut decoded);
+                    let mut written = 0;
+                    for kept in decoded.iter().filter(|decoded| decoded.keep) {
                         for sink in sinks.iter_mut() {
-                            sink.send(event);
+                            sink.send(&kept.event);
                         }
+                        written += 1;
                     }
-                    for failure in &decided.failures {
+                    for failure in &failures {
                         for sink in sinks.iter_mut() {
                             sink.report(failure);
                         }
@@ -44,7 +48,8 @@ impl EventWorker {
                         sink.flush();
                     }
                     let losses = sinks.iter().map(|sink| sink.lost()).collect();
-                    taking.done(decided.events.len(), losses);
+                    taking.done(written, losses);
+                    decoded.clear();
                 }
             })?;
         Ok(Self {
