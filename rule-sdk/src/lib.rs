@@ -55,8 +55,9 @@ pub mod bindings {
     });
 }
 
+use bindings::palisade::rule::types::Span;
 pub use bindings::{
-    Context, Entry, Guest, Verdict,
+    Context, Entry, Guest,
     palisade::rule::types::{
         Action, FileRule, Matcher, NetworkRule, Permission, Protocol, Severity,
     },
@@ -123,12 +124,12 @@ macro_rules! rule {
                 config: ::std::string::String,
                 text: ::std::string::String,
                 events: ::std::vec::Vec<$crate::bindings::Event>,
-            ) -> ::std::vec::Vec<$crate::Verdict> {
+            ) -> $crate::bindings::Verdicts {
                 let events: ::std::vec::Vec<$crate::Event<'_>> = events
                     .iter()
                     .map(|event| $crate::Event::from_spans(&text, event))
                     .collect();
-                $crate::decide_json::<$rule>(&config, &events)
+                $crate::Verdict::pack($crate::decide_json::<$rule>(&config, &events))
             }
         }
 
@@ -228,7 +229,7 @@ impl<'a> Event<'a> {
     /// span outside `text` (which the agent never passes) reads as "".
     #[doc(hidden)]
     pub fn from_spans(text: &'a str, event: &bindings::Event) -> Self {
-        let field = |span: bindings::palisade::rule::types::Span| {
+        let field = |span: Span| {
             let start = span.start as usize;
             start
                 .checked_add(span.len as usize)
@@ -279,7 +280,62 @@ impl JsonEvent {
     }
 }
 
+/// What happens to an event.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Verdict {
+    /// Whether the event goes on to the sinks (false: dropped, and counted).
+    pub keep: bool,
+    pub severity: Option<Severity>,
+    pub tags: Vec<String>,
+    /// Added to the event as "annotations".
+    pub annotations: Vec<(String, String)>,
+    /// Kill the process that caused the event (SIGKILL).
+    pub kill: bool,
+}
+
 impl Verdict {
+    /// The verdicts as `decide` returns them: their text in one string, their tags and
+    /// annotations in lists of the whole batch.
+    #[doc(hidden)]
+    pub fn pack(verdicts: Vec<Verdict>) -> bindings::Verdicts {
+        let mut text = String::new();
+        let mut span = |field: &str| {
+            let start = text.len() as u32;
+            text.push_str(field);
+            Span {
+                start,
+                len: field.len() as u32,
+            }
+        };
+        let mut tags = Vec::new();
+        let mut annotations = Vec::new();
+        let verdicts = verdicts
+            .into_iter()
+            .map(|verdict| {
+                tags.extend(verdict.tags.iter().map(|tag| span(tag)));
+                annotations.extend(
+                    verdict
+                        .annotations
+                        .iter()
+                        .map(|(key, value)| (span(key), span(value))),
+                );
+                bindings::palisade::rule::types::Verdict {
+                    keep: verdict.keep,
+                    severity: verdict.severity,
+                    tags: verdict.tags.len() as u32,
+                    annotations: verdict.annotations.len() as u32,
+                    kill: verdict.kill,
+                }
+            })
+            .collect();
+        bindings::Verdicts {
+            verdicts,
+            text,
+            tags,
+            annotations,
+        }
+    }
+
     /// The event goes on unchanged.
     pub fn keep() -> Self {
         Self {

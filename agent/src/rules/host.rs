@@ -26,10 +26,11 @@ mod bindings {
 }
 
 use bindings::{Rule, RulePre};
-use types::{Context, Entry, Verdict};
+use types::{Context, Entry};
 
-/// An audit event as rule modules see it: the SDK's, its fields borrowed.
-pub use palisade_rule_sdk::Event;
+/// An audit event as rule modules see it (its fields borrowed), and what happens to it: the
+/// SDK's own types, one definition for the agent and the modules.
+pub use palisade_rule_sdk::{Event, Severity, Verdict};
 
 /// The types of the ABI, as the host sees them.
 pub mod types {
@@ -543,6 +544,68 @@ fn pack(events: &[Event<'_>]) -> (String, Vec<types::Event>) {
     (text, packed)
 }
 
+/// The verdicts a component's `decide` returned, their text in place; an error if their
+/// spans or counts do not fit the lists and text they index.
+fn unpack(packed: types::Verdicts) -> Result<Vec<Verdict>, ModuleError> {
+    let malformed = |what: &str| ModuleError::Failed {
+        kind: FailureKind::Malformed,
+        message: format!("verdicts: {what}"),
+    };
+    let types::Verdicts {
+        verdicts,
+        text,
+        tags,
+        annotations,
+    } = packed;
+    let field = |span: &types::Span| {
+        let start = span.start as usize;
+        start
+            .checked_add(span.len as usize)
+            .and_then(|end| text.get(start..end))
+            .map(str::to_owned)
+            .ok_or_else(|| malformed("a span outside their text"))
+    };
+    let mut tags = tags.iter();
+    let mut annotations = annotations.iter();
+    let unpacked = verdicts
+        .into_iter()
+        .map(|verdict| {
+            let tags = tags
+                .by_ref()
+                .take(verdict.tags as usize)
+                .map(field)
+                .collect::<Result<Vec<_>, _>>()?;
+            let annotations = annotations
+                .by_ref()
+                .take(verdict.annotations as usize)
+                .map(|(key, value)| Ok((field(key)?, field(value)?)))
+                .collect::<Result<Vec<_>, _>>()?;
+            if tags.len() != verdict.tags as usize
+                || annotations.len() != verdict.annotations as usize
+            {
+                return Err(malformed("more tags or annotations counted than listed"));
+            }
+            Ok(Verdict {
+                keep: verdict.keep,
+                severity: verdict.severity.map(|severity| match severity {
+                    types::Severity::Info => Severity::Info,
+                    types::Severity::Low => Severity::Low,
+                    types::Severity::Medium => Severity::Medium,
+                    types::Severity::High => Severity::High,
+                    types::Severity::Critical => Severity::Critical,
+                }),
+                tags,
+                annotations,
+                kill: verdict.kill,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if tags.next().is_some() || annotations.next().is_some() {
+        return Err(malformed("tags or annotations no verdict counts"));
+    }
+    Ok(unpacked)
+}
+
 impl ModuleInstance {
     /// The kernel rules the module makes of `config` (JSON).
     pub fn compile(&mut self, config: &str, context: &Context) -> Result<Vec<Entry>, ModuleError> {
@@ -568,11 +631,15 @@ impl ModuleInstance {
         let verdicts = match &self.running {
             Running::Component(rule) => {
                 let (text, events) = pack(events);
-                rule.call_decide(store, config, &text, &events)
+                unpack(
+                    rule.call_decide(store, config, &text, &events)
+                        .map_err(ModuleError::failed)?,
+                )?
             }
-            Running::Rego(opa) => opa.decide(store, config, events),
-        }
-        .map_err(ModuleError::failed)?;
+            Running::Rego(opa) => opa
+                .decide(store, config, events)
+                .map_err(ModuleError::failed)?,
+        };
         if verdicts.len() != events.len() {
             return Err(ModuleError::Failed {
                 kind: FailureKind::Malformed,
@@ -580,5 +647,75 @@ impl ModuleInstance {
             });
         }
         Ok(verdicts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(start: u32, len: u32) -> types::Span {
+        types::Span { start, len }
+    }
+
+    fn verdict(tags: u32, annotations: u32) -> types::Verdict {
+        types::Verdict {
+            keep: true,
+            severity: Some(types::Severity::High),
+            tags,
+            annotations,
+            kill: false,
+        }
+    }
+
+    fn packed(verdicts: Vec<types::Verdict>, tags: Vec<types::Span>) -> types::Verdicts {
+        types::Verdicts {
+            verdicts,
+            text: "tagkeyvalue".to_owned(),
+            tags,
+            annotations: vec![(span(3, 3), span(6, 5))],
+        }
+    }
+
+    #[test]
+    fn verdicts_unpack_in_order_and_malformed_ones_are_refused() {
+        let unpacked = unpack(packed(
+            vec![verdict(1, 0), verdict(1, 1)],
+            vec![span(0, 3), span(3, 3)],
+        ))
+        .unwrap();
+        assert_eq!(unpacked[0].tags, ["tag"]);
+        assert!(unpacked[0].annotations.is_empty());
+        assert_eq!(unpacked[1].tags, ["key"]);
+        assert_eq!(
+            unpacked[1].annotations,
+            [("key".to_owned(), "value".to_owned())]
+        );
+        assert_eq!(unpacked[1].severity, Some(Severity::High));
+        for (what, malformed) in [
+            (
+                "a span outside the text",
+                packed(vec![verdict(1, 1)], vec![span(9, 3)]),
+            ),
+            (
+                "more counted than listed",
+                packed(vec![verdict(2, 1)], vec![span(0, 3)]),
+            ),
+            (
+                "listed and not counted",
+                packed(vec![verdict(1, 0)], vec![span(0, 3)]),
+            ),
+        ] {
+            assert!(
+                matches!(
+                    unpack(malformed),
+                    Err(ModuleError::Failed {
+                        kind: FailureKind::Malformed,
+                        ..
+                    })
+                ),
+                "{what}"
+            );
+        }
     }
 }

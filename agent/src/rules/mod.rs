@@ -11,11 +11,8 @@ mod opa;
 pub use build::build;
 pub use host::{
     ABI_VERSION, Event, FailureKind, Inspection, LoadedModule, ModuleError, ModuleInstance,
-    RuleHost,
-    types::{
-        Action, Context, Entry, FileRule, Matcher, NetworkRule, Permission, Protocol, Severity,
-        Verdict,
-    },
+    RuleHost, Severity, Verdict,
+    types::{Action, Context, Entry, FileRule, Matcher, NetworkRule, Permission, Protocol},
 };
 
 use std::path::Path;

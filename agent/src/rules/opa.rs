@@ -14,7 +14,7 @@
 use serde::Deserialize;
 use wasmtime::{Extern, ExternType, Func, Instance, Memory, MemoryType, Module, Store, TypedFunc};
 
-use super::host::{Event, State, types};
+use super::host::{Event, Severity, State, Verdict, types};
 
 pub const COMPILE_ENTRYPOINT: &str = "palisade/compile";
 pub const DECIDE_ENTRYPOINT: &str = "palisade/decide";
@@ -277,7 +277,7 @@ impl OpaInstance {
         store: &mut Store<State>,
         config: &str,
         events: &[Event<'_>],
-    ) -> wasmtime::Result<Vec<types::Verdict>> {
+    ) -> wasmtime::Result<Vec<Verdict>> {
         events
             .iter()
             .map(|event| {
@@ -454,9 +454,8 @@ enum RegoSeverity {
     Critical,
 }
 
-impl From<RegoVerdict> for types::Verdict {
+impl From<RegoVerdict> for Verdict {
     fn from(verdict: RegoVerdict) -> Self {
-        use types::Severity;
         Self {
             keep: verdict.keep,
             severity: verdict.severity.map(|severity| match severity {
