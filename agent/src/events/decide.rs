@@ -204,8 +204,7 @@ impl Deciding {
                     self.logged.insert(key, Instant::now());
                     failures.push(ModuleFailure {
                         kind: "rule_module_failure",
-                        time: humantime::format_rfc3339_nanos(std::time::SystemTime::now())
-                            .to_string(),
+                        time: super::rfc3339_nanos(std::time::SystemTime::now()),
                         node: self.node.clone(),
                         module: decider.name.clone(),
                         failure: kind,

@@ -163,7 +163,55 @@ fn is_zero(count: &u32) -> bool {
 }
 
 fn device(encoded: u32) -> String {
-    format!("{}:{}", encoded >> 20, encoded & 0xfffff)
+    let mut major = itoa::Buffer::new();
+    let mut minor = itoa::Buffer::new();
+    [
+        major.format(encoded >> 20),
+        ":",
+        minor.format(encoded & 0xfffff),
+    ]
+    .concat()
+}
+
+/// `time` in RFC 3339 with nanoseconds, in UTC ("2026-11-25T15:28:10.000000001Z"), as
+/// `humantime::format_rfc3339_nanos` writes it, without the formatting machinery: every event
+/// has one.
+fn rfc3339_nanos(time: SystemTime) -> String {
+    let since_epoch = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let seconds = since_epoch.as_secs();
+    // Days to a civil date (Howard Hinnant's `civil_from_days`; days since 0000-03-01).
+    let days = seconds / 86_400 + 719_468;
+    let era = days / 146_097;
+    let day_of_era = days % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    let time_of_day = seconds % 86_400;
+    let mut text = String::with_capacity(30);
+    let mut digits = |value: u64, width: u32, after: char| {
+        for place in (0..width).rev() {
+            text.push(char::from(b'0' + (value / 10u64.pow(place) % 10) as u8));
+        }
+        text.push(after);
+    };
+    digits(year, 4, '-');
+    digits(month, 2, '-');
+    digits(day, 2, 'T');
+    digits(time_of_day / 3_600, 2, ':');
+    digits(time_of_day / 60 % 60, 2, ':');
+    digits(time_of_day % 60, 2, '.');
+    digits(u64::from(since_epoch.subsec_nanos()), 9, 'Z');
+    text
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -197,7 +245,11 @@ fn c_string(bytes: &[u8]) -> String {
         .iter()
         .position(|&byte| byte == 0)
         .unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
+    // Checking for UTF-8 first is the fast way for the usual text.
+    match std::str::from_utf8(&bytes[..end]) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(&bytes[..end]).into_owned(),
+    }
 }
 
 impl Decoder {
@@ -245,10 +297,7 @@ impl Decoder {
         .map(|(_, name)| name)
         .collect();
         let event = AuditEvent {
-            time: humantime::format_rfc3339_nanos(
-                self.boot_time + Duration::from_nanos(event.time_ns),
-            )
-            .to_string(),
+            time: rfc3339_nanos(self.boot_time + Duration::from_nanos(event.time_ns)),
             node: self.node.clone(),
             hook: hook_name(event.hook),
             action: action_name(event.action),
@@ -261,7 +310,7 @@ impl Decoder {
                 cgroup_id: event.target_cgroup_id,
                 cgroup_path: installed
                     .as_ref()
-                    .map(|installed| installed.target.path.display().to_string()),
+                    .map(|installed| installed.target.path.to_string_lossy().into_owned()),
             },
             cgroup_id: event.cgroup_id,
             kubernetes: self
@@ -333,6 +382,26 @@ mod tests {
         let mut out = Vec::new();
         event.write_json(&mut out);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn times_are_written_as_humantime_writes_them() {
+        for nanos in [
+            0,
+            1,
+            951_782_400_000_000_000,   // 2000-02-29
+            1_709_164_799_999_999_999, // 2024-02-28, the last nanosecond
+            1_764_084_490_123_456_789,
+            4_102_444_800_000_000_000,  // 2100-01-01
+            18_446_744_073_709_551_615, // 2554-07-21, the last time a u64 holds
+        ] {
+            let time = SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos);
+            assert_eq!(
+                rfc3339_nanos(time),
+                humantime::format_rfc3339_nanos(time).to_string()
+            );
+        }
+        assert_eq!(device(8 << 20 | 17), "8:17");
     }
 
     #[test]
