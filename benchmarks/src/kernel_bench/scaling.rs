@@ -15,7 +15,7 @@ use super::{
     Settings, micro,
     states::{enhance_protect, file_rule, policy_file},
     system::{
-        Agent, Cgroups, POLICY_DIR, Usage, bench_command, clear_policies, in_cgroup, now_ns,
+        Agent, Cgroups, POLICY_DIR, bench_command, clear_policies, in_cgroup, now_ns,
         process_usage, wait_for, write_atomically,
     },
 };
@@ -177,7 +177,6 @@ struct Counters {
     agent_dropped: f64,
     queued: f64,
     written: u64,
-    usage: Usage,
 }
 
 fn counters(agent: &Agent) -> anyhow::Result<Counters> {
@@ -202,7 +201,21 @@ fn counters(agent: &Agent) -> anyhow::Result<Counters> {
             + scrape.sum("palisade_events_undecodable_total"),
         queued: scrape.sum("palisade_events_queued"),
         written,
-        usage: process_usage(agent.pid())?,
+    })
+}
+
+/// Waits until the agent has stopped writing events (the events file keeps its size over an
+/// interval), without asking the agent anything: its CPU time meanwhile is its own work's.
+fn written_out() -> anyhow::Result<()> {
+    let mut last = None;
+    wait_for("the events written", Duration::from_secs(600), || {
+        std::thread::sleep(Duration::from_millis(300));
+        let size = std::fs::metadata(super::system::EVENTS)
+            .map(|metadata| metadata.len())
+            .ok();
+        let settled = size.is_some() && size == last;
+        last = size;
+        Ok(settled)
     })
 }
 
@@ -263,7 +276,10 @@ pub fn throughput(
     let agent = Agent::start(&[])?;
     agent.apply(&[("throughput.yaml".to_owned(), policy)])?;
     for &rate in settings.rates() {
+        // The agent's CPU time is read after the first scrape and before the last: answering
+        // them is not the pipeline's work.
         let before = counters(&agent)?;
+        let cpu_before = process_usage(agent.pid())?;
         let text = super::system::output(&mut bench_command(
             &cgroups.target,
             &[
@@ -285,7 +301,8 @@ pub fn throughput(
             "the generator was allowed {} times",
             attempts - refused
         );
-        drain(&agent)?;
+        written_out()?;
+        let cpu_after = process_usage(agent.pid())?;
         let after = counters(&agent)?;
         run.throughput.push(ThroughputSample {
             offered_per_second: rate,
@@ -299,9 +316,9 @@ pub fn throughput(
             agent_dropped: (after.agent_dropped - before.agent_dropped) as u64,
             queued: after.queued as u64,
             written: after.written - before.written,
-            agent_cpu_seconds: after.usage.cpu_seconds() - before.usage.cpu_seconds(),
-            agent_system_seconds: after.usage.system_seconds - before.usage.system_seconds,
-            agent_rss_bytes: after.usage.rss_bytes,
+            agent_cpu_seconds: cpu_after.cpu_seconds() - cpu_before.cpu_seconds(),
+            agent_system_seconds: cpu_after.system_seconds - cpu_before.system_seconds,
+            agent_rss_bytes: cpu_after.rss_bytes,
         });
     }
     clear_policies()?;
