@@ -498,27 +498,24 @@ impl LoadedModule {
 /// A batch as a component's `decide` takes it: the events' text fields one after another in
 /// one string, and each event's fields as spans of it.
 fn pack(events: &[Event<'_>]) -> (String, Vec<types::Event>) {
-    let mut text = String::with_capacity(
-        events
+    let size = events
+        .iter()
+        .map(|event| {
+            [
+                event.hook,
+                event.action,
+                event.policy,
+                event.rule,
+                event.comm,
+                event.path,
+                event.json,
+            ]
             .iter()
-            .map(|event| {
-                let Event {
-                    hook,
-                    action,
-                    policy,
-                    rule,
-                    comm,
-                    path,
-                    json,
-                    ..
-                } = event;
-                [hook, action, policy, rule, comm, path, json]
-                    .map(|field| field.len())
-                    .iter()
-                    .sum::<usize>()
-            })
-            .sum(),
-    );
+            .map(|field| field.len())
+            .sum::<usize>()
+        })
+        .sum();
+    let mut text = String::with_capacity(size);
     let mut span = |field: &str| {
         let start = text.len() as u32;
         text.push_str(field);
