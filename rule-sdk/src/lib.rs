@@ -56,6 +56,27 @@ pub mod bindings {
 }
 
 use bindings::palisade::rule::types::Span;
+
+/// How a batch's strings cross the ABI, for the SDK and the agent alike: appended to one text,
+/// each named by where it starts in it and how long it is.
+#[doc(hidden)]
+pub mod spans {
+    /// Appends `field` to `text`: where it starts there, and its length.
+    pub fn append(text: &mut String, field: &str) -> (u32, u32) {
+        let start = text.len() as u32;
+        text.push_str(field);
+        (start, field.len() as u32)
+    }
+
+    /// The `len` bytes of `text` from `start`; None if they are not all in it, or do not begin
+    /// and end between characters.
+    pub fn get(text: &str, start: u32, len: u32) -> Option<&str> {
+        let start = start as usize;
+        start
+            .checked_add(len as usize)
+            .and_then(|end| text.get(start..end))
+    }
+}
 pub use bindings::{
     Context, Entry, Guest,
     palisade::rule::types::{
@@ -229,13 +250,7 @@ impl<'a> Event<'a> {
     /// span outside `text` (which the agent never passes) reads as "".
     #[doc(hidden)]
     pub fn from_spans(text: &'a str, event: &bindings::Event) -> Self {
-        let field = |span: Span| {
-            let start = span.start as usize;
-            start
-                .checked_add(span.len as usize)
-                .and_then(|end| text.get(start..end))
-                .unwrap_or_default()
-        };
+        let field = |span: Span| spans::get(text, span.start, span.len).unwrap_or_default();
         Self {
             hook: field(event.hook),
             action: field(event.action),
@@ -300,12 +315,8 @@ impl Verdict {
     pub fn pack(verdicts: Vec<Verdict>) -> bindings::Verdicts {
         let mut text = String::new();
         let mut span = |field: &str| {
-            let start = text.len() as u32;
-            text.push_str(field);
-            Span {
-                start,
-                len: field.len() as u32,
-            }
+            let (start, len) = spans::append(&mut text, field);
+            Span { start, len }
         };
         let mut tags = Vec::new();
         let mut annotations = Vec::new();

@@ -28,6 +28,7 @@ mod bindings {
 use bindings::{Rule, RulePre};
 use types::{Context, Entry};
 
+use palisade_rule_sdk::spans;
 /// An audit event as rule modules see it (its fields borrowed), and what happens to it: the
 /// SDK's own types, one definition for the agent and the modules.
 pub use palisade_rule_sdk::{Event, Severity, Verdict};
@@ -517,12 +518,8 @@ fn pack(events: &[Event<'_>]) -> (String, Vec<types::Event>) {
         .sum();
     let mut text = String::with_capacity(size);
     let mut span = |field: &str| {
-        let start = text.len() as u32;
-        text.push_str(field);
-        types::Span {
-            start,
-            len: field.len() as u32,
-        }
+        let (start, len) = spans::append(&mut text, field);
+        types::Span { start, len }
     };
     let packed = events
         .iter()
@@ -555,10 +552,7 @@ fn unpack(packed: types::Verdicts) -> Result<Vec<Verdict>, ModuleError> {
         annotations,
     } = packed;
     let field = |span: &types::Span| {
-        let start = span.start as usize;
-        start
-            .checked_add(span.len as usize)
-            .and_then(|end| text.get(start..end))
+        spans::get(&text, span.start, span.len)
             .map(str::to_owned)
             .ok_or_else(|| malformed("a span outside their text"))
     };
