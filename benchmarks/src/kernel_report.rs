@@ -9,7 +9,7 @@ use std::{cmp::Reverse, collections::BTreeMap, fmt::Write as _, ops::Range, path
 use anyhow::Context;
 use palisade_benchmarks::{
     kernel::{Footprint, KernelRun, STATES, Spread, ThroughputSample, WORKLOAD_STATES},
-    kernel_series, mib, register_font, report_args,
+    kernel_series, mib, read_json, register_font, report_args,
 };
 use plotters::{
     coord::{Shift, ranged1d::SegmentedCoord, types::RangedCoordusize},
@@ -202,8 +202,7 @@ fn main() -> anyhow::Result<()> {
     let (out, args) = report_args("kernel-report")?;
     let mut kernels = Vec::new();
     for input in &args {
-        let text = std::fs::read_to_string(input).with_context(|| input.clone())?;
-        let run: KernelRun = serde_json::from_str(&text).with_context(|| input.clone())?;
+        let run: KernelRun = read_json(input)?;
         kernels.push(Kernel {
             label: kernel_series(&run.environment.kernel),
             run,

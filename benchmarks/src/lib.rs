@@ -49,3 +49,10 @@ pub fn report_args(bin: &str) -> anyhow::Result<(PathBuf, Vec<String>)> {
     anyhow::ensure!(!args.is_empty(), "usage: {bin} [--out DIR] INPUT.json...");
     Ok((out, args))
 }
+
+/// A report's input: the JSON file at `path`, as `T`.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &str) -> anyhow::Result<T> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path).with_context(|| path.to_owned())?;
+    serde_json::from_str(&text).with_context(|| path.to_owned())
+}

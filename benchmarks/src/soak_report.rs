@@ -10,7 +10,7 @@ use std::{fmt::Write as _, path::Path};
 use anyhow::Context;
 use palisade_benchmarks::{
     kernel::{SoakRun, SoakSample},
-    kernel_series, mib, register_font, report_args,
+    kernel_series, mib, read_json, register_font, report_args,
 };
 use plotters::prelude::*;
 
@@ -143,8 +143,7 @@ fn main() -> anyhow::Result<()> {
     let (out, args) = report_args("soak-report")?;
     let mut runs = Vec::new();
     for input in &args {
-        let text = std::fs::read_to_string(input).with_context(|| input.clone())?;
-        let run: SoakRun = serde_json::from_str(&text).with_context(|| input.clone())?;
+        let run: SoakRun = read_json(input)?;
         runs.push((kernel_series(&run.environment.kernel), run));
     }
     std::fs::create_dir_all(&out).with_context(|| out.display().to_string())?;

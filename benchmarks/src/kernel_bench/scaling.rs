@@ -204,34 +204,39 @@ fn counters(agent: &Agent) -> anyhow::Result<Counters> {
     })
 }
 
-/// Waits until the agent has stopped writing events (the events file keeps its size over an
-/// interval), without asking the agent anything: its CPU time meanwhile is its own work's.
-fn written_out() -> anyhow::Result<()> {
+/// Waits until `read` gives the same reading twice in a row, 300 ms apart: nothing moves any
+/// more.
+fn settled<T: PartialEq>(
+    what: &str,
+    mut read: impl FnMut() -> anyhow::Result<T>,
+) -> anyhow::Result<()> {
     let mut last = None;
-    wait_for("the events written", Duration::from_secs(600), || {
+    wait_for(what, Duration::from_secs(600), || {
         std::thread::sleep(Duration::from_millis(300));
-        let size = std::fs::metadata(super::system::EVENTS)
-            .map(|metadata| metadata.len())
-            .ok();
-        let settled = size.is_some() && size == last;
-        last = size;
+        let now = read()?;
+        let settled = last.as_ref() == Some(&now);
+        last = Some(now);
         Ok(settled)
+    })
+}
+
+/// Waits until the agent has stopped writing events (the events file, which it creates when it
+/// starts, keeps its size), without asking the agent anything: its CPU time meanwhile is its
+/// own work's.
+fn written_out() -> anyhow::Result<()> {
+    settled("the events written", || {
+        Ok(std::fs::metadata(super::system::EVENTS)?.len())
     })
 }
 
 /// Waits until the agent has read and written what the kernel submitted: nothing moves any more.
 pub fn drain(agent: &Agent) -> anyhow::Result<()> {
-    let mut last = (0.0, 0.0);
-    wait_for("the events drained", Duration::from_secs(600), || {
-        std::thread::sleep(Duration::from_millis(300));
+    settled("the events drained", || {
         let scrape = agent.scrape()?;
-        let moved = (
+        Ok((
             scrape.sum("palisade_events_total") + scrape.sum("palisade_events_dropped_total"),
             scrape.sum("palisade_events_written_total"),
-        );
-        let drained = moved == last;
-        last = moved;
-        Ok(drained)
+        ))
     })
 }
 
