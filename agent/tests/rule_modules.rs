@@ -336,6 +336,11 @@ fn a_misbehaving_module_is_stopped_within_its_budget_and_the_host_goes_on() {
     let verdicts = loaded.decide("{}", &[event, event]).unwrap();
     assert_eq!(verdicts.len(), 2);
     assert!(verdicts.iter().all(|verdict| verdict.keep));
+    // It asked for the events' JSON.
+    assert_eq!(
+        verdicts[1].annotations,
+        [("json".to_owned(), "{}".to_owned())]
+    );
 }
 
 #[test]

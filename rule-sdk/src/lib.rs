@@ -40,6 +40,8 @@
 //! ```
 
 pub mod testing;
+#[doc(hidden)]
+pub mod wire;
 
 /// The bindings wit-bindgen generates from the WIT world (`rule!` refers to them).
 #[doc(hidden)]
@@ -55,44 +57,25 @@ pub mod bindings {
     });
 }
 
-use bindings::palisade::rule::types::Span;
-
-/// How a batch's strings cross the ABI, for the SDK and the agent alike: appended to one text,
-/// each named by where it starts in it and how long it is.
-#[doc(hidden)]
-pub mod spans {
-    /// Appends `field` to `text`: where it starts there, and its length.
-    pub fn append(text: &mut String, field: &str) -> (u32, u32) {
-        let start = text.len() as u32;
-        text.push_str(field);
-        (start, field.len() as u32)
-    }
-
-    /// The `len` bytes of `text` from `start`; None if they are not all in it, or do not begin
-    /// and end between characters.
-    pub fn get(text: &str, start: u32, len: u32) -> Option<&str> {
-        let start = start as usize;
-        start
-            .checked_add(len as usize)
-            .and_then(|end| text.get(start..end))
-    }
-}
 pub use bindings::{
     Context, Entry, Guest,
-    palisade::rule::types::{
-        Action, FileRule, Matcher, NetworkRule, Permission, Protocol, Severity,
-    },
+    palisade::rule::types::{Action, FileRule, Matcher, NetworkRule, Permission, Protocol},
 };
 #[doc(hidden)]
 pub use serde_json;
 
 /// The ABI version this SDK builds modules for (the WIT package version).
-pub const ABI_VERSION: &str = "0.2.0";
+pub const ABI_VERSION: &str = "0.3.0";
 
 /// A rule module.
 pub trait Rule {
     /// The module's configuration, read from the policy's `config` (JSON).
     type Config: serde::de::DeserializeOwned;
+
+    /// Whether `decide` reads [`Event::json`]. The JSON of an event is most of what crossing
+    /// into the module costs, so the agent passes it only to modules that say they read it; to
+    /// the others it is "".
+    const READS_JSON: bool = false;
 
     /// Turns the configuration into kernel rules.
     fn compile(config: Self::Config, context: &Context) -> Result<Vec<Entry>, String>;
@@ -141,16 +124,25 @@ macro_rules! rule {
                 $crate::compile_json::<$rule>(&config, &context)
             }
 
+            fn reads_json() -> bool {
+                <$rule as $crate::Rule>::READS_JSON
+            }
+
             fn decide(
                 config: ::std::string::String,
                 text: ::std::string::String,
-                events: ::std::vec::Vec<$crate::bindings::Event>,
+                events: ::std::vec::Vec<u32>,
             ) -> $crate::bindings::Verdicts {
-                let events: ::std::vec::Vec<$crate::Event<'_>> = events
-                    .iter()
-                    .map(|event| $crate::Event::from_spans(&text, event))
-                    .collect();
-                $crate::Verdict::pack($crate::decide_json::<$rule>(&config, &events))
+                let events: ::std::vec::Vec<$crate::Event<'_>> =
+                    $crate::wire::events(&text, &events).collect();
+                let verdicts = $crate::decide_json::<$rule>(&config, &events);
+                let packed = $crate::wire::pack(&verdicts);
+                $crate::bindings::Verdicts {
+                    verdicts: packed.verdicts,
+                    text: packed.text,
+                    tags: packed.tags,
+                    annotations: packed.annotations,
+                }
             }
         }
 
@@ -245,26 +237,6 @@ pub struct Event<'a> {
     pub json: &'a str,
 }
 
-impl<'a> Event<'a> {
-    /// The event whose text fields are spans of the batch's `text`, as the agent passes it. A
-    /// span outside `text` (which the agent never passes) reads as "".
-    #[doc(hidden)]
-    pub fn from_spans(text: &'a str, event: &bindings::Event) -> Self {
-        let field = |span: Span| spans::get(text, span.start, span.len).unwrap_or_default();
-        Self {
-            hook: field(event.hook),
-            action: field(event.action),
-            policy: field(event.policy),
-            rule: field(event.rule),
-            pid: event.pid,
-            uid: event.uid,
-            comm: field(event.comm),
-            path: field(event.path),
-            json: field(event.json),
-        }
-    }
-}
-
 /// An event read from a line of the agent's JSON output (`{"hook": "file_open", ...}`), which
 /// `event` lends as modules receive it.
 pub struct JsonEvent {
@@ -295,6 +267,18 @@ impl JsonEvent {
     }
 }
 
+/// How serious an event is, lowest first.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum Severity {
+    Info,
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
 /// What happens to an event.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Verdict {
@@ -309,44 +293,6 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// The verdicts as `decide` returns them: their text in one string, their tags and
-    /// annotations in lists of the whole batch.
-    #[doc(hidden)]
-    pub fn pack(verdicts: Vec<Verdict>) -> bindings::Verdicts {
-        let mut text = String::new();
-        let mut span = |field: &str| {
-            let (start, len) = spans::append(&mut text, field);
-            Span { start, len }
-        };
-        let mut tags = Vec::new();
-        let mut annotations = Vec::new();
-        let verdicts = verdicts
-            .into_iter()
-            .map(|verdict| {
-                tags.extend(verdict.tags.iter().map(|tag| span(tag)));
-                annotations.extend(
-                    verdict
-                        .annotations
-                        .iter()
-                        .map(|(key, value)| (span(key), span(value))),
-                );
-                bindings::palisade::rule::types::Verdict {
-                    keep: verdict.keep,
-                    severity: verdict.severity,
-                    tags: verdict.tags.len() as u32,
-                    annotations: verdict.annotations.len() as u32,
-                    kill: verdict.kill,
-                }
-            })
-            .collect();
-        bindings::Verdicts {
-            verdicts,
-            text,
-            tags,
-            annotations,
-        }
-    }
-
     /// The event goes on unchanged.
     pub fn keep() -> Self {
         Self {

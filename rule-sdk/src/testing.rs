@@ -136,7 +136,16 @@ pub fn check_fixtures<R: Rule>(dir: impl AsRef<Path>) {
                 |config| crate::compile_json::<R>(config, &context()),
                 |config, event| {
                     let event = JsonEvent::new(event.clone());
-                    Ok(crate::decide_json::<R>(config, &[event.event()]))
+                    // As the agent passes it.
+                    let event = crate::Event {
+                        json: if R::READS_JSON {
+                            event.event().json
+                        } else {
+                            ""
+                        },
+                        ..event.event()
+                    };
+                    Ok(crate::decide_json::<R>(config, &[event]))
                 },
             )?;
             Some(format!("{name}: {mismatch}"))

@@ -21,7 +21,7 @@ use crate::{
     bpf::InstalledPolicy,
     metrics::RuleModuleMetrics,
     policy::{Decider, OnFailure},
-    rules::{Event, ModuleError, ModuleInstance, RuleHost, Severity, Verdict},
+    rules::{Event, ModuleError, ModuleInstance, RuleHost, Verdict},
 };
 
 /// A failure of the same module and kind is logged at most this often.
@@ -76,18 +76,8 @@ impl VerdictCounts {
     }
 }
 
-/// Severity names, lowest first.
+/// Severity names, lowest first, as `rules::Severity` orders them.
 const SEVERITIES: [&str; 5] = ["info", "low", "medium", "high", "critical"];
-
-fn severity_rank(severity: Severity) -> usize {
-    match severity {
-        Severity::Info => 0,
-        Severity::Low => 1,
-        Severity::Medium => 2,
-        Severity::High => 3,
-        Severity::Critical => 4,
-    }
-}
 
 /// The event as modules see it.
 fn module_event(event: &AuditEvent) -> Event<'_> {
@@ -266,7 +256,7 @@ impl Deciding {
     fn apply_verdict(&self, event: &mut AuditEvent, verdict: Verdict) {
         if let Some(severity) = verdict.severity {
             // The highest severity any module gave.
-            let rank = severity_rank(severity);
+            let rank = severity as usize;
             let current = event
                 .added
                 .severity

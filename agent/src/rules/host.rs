@@ -28,7 +28,7 @@ mod bindings {
 use bindings::{Rule, RulePre};
 use types::{Context, Entry};
 
-use palisade_rule_sdk::spans;
+use palisade_rule_sdk::wire;
 /// An audit event as rule modules see it (its fields borrowed), and what happens to it: the
 /// SDK's own types, one definition for the agent and the modules.
 pub use palisade_rule_sdk::{Event, Severity, Verdict};
@@ -39,7 +39,7 @@ pub mod types {
 }
 
 /// The ABI modules must be built for (the version of the WIT package `palisade:rule`).
-pub const ABI_VERSION: &str = "0.2.0";
+pub const ABI_VERSION: &str = "0.3.0";
 
 /// Memory one instance may grow to.
 const MEMORY_LIMIT: usize = 64 << 20;
@@ -465,7 +465,11 @@ pub struct ModuleInstance {
 }
 
 enum Running {
-    Component(Rule),
+    Component {
+        rule: Rule,
+        /// Whether its `decide` reads the events' JSON.
+        reads_json: bool,
+    },
     Rego(Box<OpaInstance>),
 }
 
@@ -476,7 +480,10 @@ impl LoadedModule {
         // Starting an instance runs module code too (a Rego policy sets up its data).
         set_budget(&mut store, DECIDE_BUDGET);
         let running = match &self.kind {
-            Kind::Component(pre) => pre.instantiate(&mut store).map(Running::Component),
+            Kind::Component(pre) => pre.instantiate(&mut store).and_then(|rule| {
+                let reads_json = rule.call_reads_json(&mut store)?;
+                Ok(Running::Component { rule, reads_json })
+            }),
             Kind::Rego(opa) => opa
                 .instantiate(&mut store)
                 .map(|opa| Running::Rego(Box::new(opa))),
@@ -496,105 +503,16 @@ impl LoadedModule {
     }
 }
 
-/// A batch as a component's `decide` takes it: the events' text fields one after another in
-/// one string, and each event's fields as spans of it.
-fn pack(events: &[Event<'_>]) -> (String, Vec<types::Event>) {
-    let size = events
-        .iter()
-        .map(|event| {
-            [
-                event.hook,
-                event.action,
-                event.policy,
-                event.rule,
-                event.comm,
-                event.path,
-                event.json,
-            ]
-            .iter()
-            .map(|field| field.len())
-            .sum::<usize>()
-        })
-        .sum();
+/// A batch as a component's `decide` takes it: the events' strings one after another in one
+/// text, and their numbers and spans of the text in words; their JSON only if `json`.
+fn pack(events: &[Event<'_>], json: bool) -> (String, Vec<u32>) {
+    let size = events.iter().map(|event| wire::text_len(event, json)).sum();
     let mut text = String::with_capacity(size);
-    let mut span = |field: &str| {
-        let (start, len) = spans::append(&mut text, field);
-        types::Span { start, len }
-    };
-    let packed = events
-        .iter()
-        .map(|event| types::Event {
-            hook: span(event.hook),
-            action: span(event.action),
-            policy: span(event.policy),
-            rule: span(event.rule),
-            pid: event.pid,
-            uid: event.uid,
-            comm: span(event.comm),
-            path: span(event.path),
-            json: span(event.json),
-        })
-        .collect();
-    (text, packed)
-}
-
-/// The verdicts a component's `decide` returned, their text in place; an error if their
-/// spans or counts do not fit the lists and text they index.
-fn unpack(packed: types::Verdicts) -> Result<Vec<Verdict>, ModuleError> {
-    let malformed = |what: &str| ModuleError::Failed {
-        kind: FailureKind::Malformed,
-        message: format!("verdicts: {what}"),
-    };
-    let types::Verdicts {
-        verdicts,
-        text,
-        tags,
-        annotations,
-    } = packed;
-    let field = |span: &types::Span| {
-        spans::get(&text, span.start, span.len)
-            .map(str::to_owned)
-            .ok_or_else(|| malformed("a span outside their text"))
-    };
-    let mut tags = tags.iter();
-    let mut annotations = annotations.iter();
-    let unpacked = verdicts
-        .into_iter()
-        .map(|verdict| {
-            let tags = tags
-                .by_ref()
-                .take(verdict.tags as usize)
-                .map(field)
-                .collect::<Result<Vec<_>, _>>()?;
-            let annotations = annotations
-                .by_ref()
-                .take(verdict.annotations as usize)
-                .map(|(key, value)| Ok((field(key)?, field(value)?)))
-                .collect::<Result<Vec<_>, _>>()?;
-            if tags.len() != verdict.tags as usize
-                || annotations.len() != verdict.annotations as usize
-            {
-                return Err(malformed("more tags or annotations counted than listed"));
-            }
-            Ok(Verdict {
-                keep: verdict.keep,
-                severity: verdict.severity.map(|severity| match severity {
-                    types::Severity::Info => Severity::Info,
-                    types::Severity::Low => Severity::Low,
-                    types::Severity::Medium => Severity::Medium,
-                    types::Severity::High => Severity::High,
-                    types::Severity::Critical => Severity::Critical,
-                }),
-                tags,
-                annotations,
-                kill: verdict.kill,
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if tags.next().is_some() || annotations.next().is_some() {
-        return Err(malformed("tags or annotations no verdict counts"));
+    let mut words = Vec::with_capacity(events.len() * wire::EVENT_WORDS);
+    for event in events {
+        wire::push_event(&mut text, &mut words, event, json);
     }
-    Ok(unpacked)
+    (text, words)
 }
 
 impl ModuleInstance {
@@ -603,7 +521,7 @@ impl ModuleInstance {
         set_budget(&mut self.store, COMPILE_BUDGET);
         let store = &mut self.store;
         match &self.running {
-            Running::Component(rule) => rule.call_compile(store, config, context),
+            Running::Component { rule, .. } => rule.call_compile(store, config, context),
             Running::Rego(opa) => opa.compile(store, config, context),
         }
         .map_err(ModuleError::failed)?
@@ -620,12 +538,21 @@ impl ModuleInstance {
         set_budget(&mut self.store, DECIDE_BUDGET);
         let store = &mut self.store;
         let verdicts = match &self.running {
-            Running::Component(rule) => {
-                let (text, events) = pack(events);
-                unpack(
-                    rule.call_decide(store, config, &text, &events)
-                        .map_err(ModuleError::failed)?,
-                )?
+            Running::Component { rule, reads_json } => {
+                let (text, events) = pack(events, *reads_json);
+                let packed = rule
+                    .call_decide(store, config, &text, &events)
+                    .map_err(ModuleError::failed)?;
+                wire::unpack(&wire::Packed {
+                    verdicts: packed.verdicts,
+                    text: packed.text,
+                    tags: packed.tags,
+                    annotations: packed.annotations,
+                })
+                .map_err(|message| ModuleError::Failed {
+                    kind: FailureKind::Malformed,
+                    message: format!("verdicts: {message}"),
+                })?
             }
             Running::Rego(opa) => opa
                 .decide(store, config, events)
@@ -638,75 +565,5 @@ impl ModuleInstance {
             });
         }
         Ok(verdicts)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn span(start: u32, len: u32) -> types::Span {
-        types::Span { start, len }
-    }
-
-    fn verdict(tags: u32, annotations: u32) -> types::Verdict {
-        types::Verdict {
-            keep: true,
-            severity: Some(types::Severity::High),
-            tags,
-            annotations,
-            kill: false,
-        }
-    }
-
-    fn packed(verdicts: Vec<types::Verdict>, tags: Vec<types::Span>) -> types::Verdicts {
-        types::Verdicts {
-            verdicts,
-            text: "tagkeyvalue".to_owned(),
-            tags,
-            annotations: vec![(span(3, 3), span(6, 5))],
-        }
-    }
-
-    #[test]
-    fn verdicts_unpack_in_order_and_malformed_ones_are_refused() {
-        let unpacked = unpack(packed(
-            vec![verdict(1, 0), verdict(1, 1)],
-            vec![span(0, 3), span(3, 3)],
-        ))
-        .unwrap();
-        assert_eq!(unpacked[0].tags, ["tag"]);
-        assert!(unpacked[0].annotations.is_empty());
-        assert_eq!(unpacked[1].tags, ["key"]);
-        assert_eq!(
-            unpacked[1].annotations,
-            [("key".to_owned(), "value".to_owned())]
-        );
-        assert_eq!(unpacked[1].severity, Some(Severity::High));
-        for (what, malformed) in [
-            (
-                "a span outside the text",
-                packed(vec![verdict(1, 1)], vec![span(9, 3)]),
-            ),
-            (
-                "more counted than listed",
-                packed(vec![verdict(2, 1)], vec![span(0, 3)]),
-            ),
-            (
-                "listed and not counted",
-                packed(vec![verdict(1, 0)], vec![span(0, 3)]),
-            ),
-        ] {
-            assert!(
-                matches!(
-                    unpack(malformed),
-                    Err(ModuleError::Failed {
-                        kind: FailureKind::Malformed,
-                        ..
-                    })
-                ),
-                "{what}"
-            );
-        }
     }
 }

@@ -2,7 +2,7 @@
 //! never returns from `compile`; `{"decide": "memory"}` allocates without bound in `decide`;
 //! `{"decide": "leak"}` keeps 1 MiB more each time `decide` is called. The
 //! agent's sandbox tests use it. With nothing to misbehave on, it denies reading `deny` (if
-//! given) and keeps every event.
+//! given) and keeps every event, annotated with the event's JSON under "json" (it asks for it).
 
 use palisade_rule_sdk::{Action, Context, Entry, Event, Permission, Rule, Verdict};
 
@@ -80,11 +80,13 @@ impl Rule for Misbehaving {
             .collect())
     }
 
-    fn decide(config: &Config, _: &Event) -> Verdict {
+    const READS_JSON: bool = true;
+
+    fn decide(config: &Config, event: &Event) -> Verdict {
         if let Some(misbehaviour) = &config.decide {
             misbehave(misbehaviour);
         }
-        Verdict::keep()
+        Verdict::keep().annotate("json", event.json)
     }
 }
 

@@ -1,0 +1,283 @@
+//! How a batch of events and its verdicts cross the ABI, written once for the SDK and the agent
+//! (the layout is `decide`'s, in wit/rule.wit): numbers in lists of 32-bit words, strings
+//! appended to one text and named by spans of it (where they start, and their length).
+
+use crate::{Event, Severity, Verdict};
+
+/// Words an event takes in `decide`'s `events`.
+pub const EVENT_WORDS: usize = 16;
+/// Words a verdict takes in `verdicts`.
+const VERDICT_WORDS: usize = 3;
+const KEEP: u32 = 1;
+const KILL: u32 = 2;
+const SEVERITY_SHIFT: u32 = 8;
+/// Severities by their number in a verdict's flags, from 1.
+const SEVERITIES: [Severity; 5] = [
+    Severity::Info,
+    Severity::Low,
+    Severity::Medium,
+    Severity::High,
+    Severity::Critical,
+];
+
+/// Appends `field` to `text` and its span to `words`.
+fn append(text: &mut String, words: &mut Vec<u32>, field: &str) {
+    words.extend([text.len() as u32, field.len() as u32]);
+    text.push_str(field);
+}
+
+/// The string of the span `start`, `len` of `text`; None if it is not all in it, or does not
+/// begin and end between characters.
+fn get(text: &str, start: u32, len: u32) -> Option<&str> {
+    let start = start as usize;
+    start
+        .checked_add(len as usize)
+        .and_then(|end| text.get(start..end))
+}
+
+/// The bytes of text that `push_event` appends for `event`.
+pub fn text_len(event: &Event<'_>, json: bool) -> usize {
+    let json = if json { event.json.len() } else { 0 };
+    [
+        event.hook,
+        event.action,
+        event.policy,
+        event.rule,
+        event.comm,
+        event.path,
+    ]
+    .iter()
+    .map(|field| field.len())
+    .sum::<usize>()
+        + json
+}
+
+/// Appends `event` to a batch; its JSON only if `json` (otherwise an empty span).
+pub fn push_event(text: &mut String, words: &mut Vec<u32>, event: &Event<'_>, json: bool) {
+    for field in [
+        event.hook,
+        event.action,
+        event.policy,
+        event.rule,
+        event.comm,
+        event.path,
+        if json { event.json } else { "" },
+    ] {
+        append(text, words, field);
+    }
+    words.extend([event.pid, event.uid]);
+}
+
+/// The events of a batch. A span outside `text` (which the agent never passes) reads as "".
+pub fn events<'a>(text: &'a str, words: &'a [u32]) -> impl Iterator<Item = Event<'a>> {
+    words.chunks_exact(EVENT_WORDS).map(move |event| {
+        let field = |index: usize| get(text, event[2 * index], event[2 * index + 1]).unwrap_or("");
+        Event {
+            hook: field(0),
+            action: field(1),
+            policy: field(2),
+            rule: field(3),
+            comm: field(4),
+            path: field(5),
+            json: field(6),
+            pid: event[14],
+            uid: event[15],
+        }
+    })
+}
+
+/// Verdicts as `decide` returns them (the fields of its `verdicts` record).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Packed {
+    pub verdicts: Vec<u32>,
+    pub text: String,
+    pub tags: Vec<u32>,
+    pub annotations: Vec<u32>,
+}
+
+pub fn pack(verdicts: &[Verdict]) -> Packed {
+    // Sized once: growing them would copy what they hold (and a module's allocator is slow).
+    let count = |of: fn(&Verdict) -> usize| verdicts.iter().map(of).sum::<usize>();
+    let text = count(|verdict| {
+        let tags = verdict.tags.iter().map(String::len).sum::<usize>();
+        let annotations = verdict.annotations.iter();
+        tags + annotations
+            .map(|(key, value)| key.len() + value.len())
+            .sum::<usize>()
+    });
+    let mut packed = Packed {
+        verdicts: Vec::with_capacity(verdicts.len() * VERDICT_WORDS),
+        text: String::with_capacity(text),
+        tags: Vec::with_capacity(2 * count(|verdict| verdict.tags.len())),
+        annotations: Vec::with_capacity(4 * count(|verdict| verdict.annotations.len())),
+    };
+    for verdict in verdicts {
+        let severity = verdict.severity.map_or(0, |severity| severity as u32 + 1);
+        let flags = (u32::from(verdict.keep) * KEEP)
+            | (u32::from(verdict.kill) * KILL)
+            | (severity << SEVERITY_SHIFT);
+        packed.verdicts.extend([
+            flags,
+            verdict.tags.len() as u32,
+            verdict.annotations.len() as u32,
+        ]);
+        for tag in &verdict.tags {
+            append(&mut packed.text, &mut packed.tags, tag);
+        }
+        for (key, value) in &verdict.annotations {
+            append(&mut packed.text, &mut packed.annotations, key);
+            append(&mut packed.text, &mut packed.annotations, value);
+        }
+    }
+    packed
+}
+
+/// The verdicts `packed` holds; an error saying what does not fit if its spans, counts or
+/// flags do not fit the lists and text they index.
+pub fn unpack(packed: &Packed) -> Result<Vec<Verdict>, String> {
+    let Packed {
+        verdicts,
+        text,
+        tags,
+        annotations,
+    } = packed;
+    if verdicts.len() % VERDICT_WORDS != 0 || tags.len() % 2 != 0 || annotations.len() % 4 != 0 {
+        return Err("lists of a length their items do not fill".to_owned());
+    }
+    let field = |span: &[u32]| {
+        get(text, span[0], span[1])
+            .map(str::to_owned)
+            .ok_or_else(|| "a span outside their text".to_owned())
+    };
+    let mut tags = tags.chunks_exact(2);
+    let mut annotations = annotations.chunks_exact(4);
+    let unpacked = verdicts
+        .chunks_exact(VERDICT_WORDS)
+        .map(|verdict| {
+            let [flags, tag_count, annotation_count] = [verdict[0], verdict[1], verdict[2]];
+            if flags & !(KEEP | KILL | 0xff << SEVERITY_SHIFT) != 0 {
+                return Err(format!("unknown flags {flags:#x}"));
+            }
+            let severity = match (flags >> SEVERITY_SHIFT) as usize {
+                0 => None,
+                number => Some(
+                    *SEVERITIES
+                        .get(number - 1)
+                        .ok_or_else(|| format!("unknown severity {number}"))?,
+                ),
+            };
+            let tags = tags
+                .by_ref()
+                .take(tag_count as usize)
+                .map(field)
+                .collect::<Result<Vec<_>, _>>()?;
+            let annotations = annotations
+                .by_ref()
+                .take(annotation_count as usize)
+                .map(|annotation| Ok((field(&annotation[..2])?, field(&annotation[2..])?)))
+                .collect::<Result<Vec<_>, String>>()?;
+            if tags.len() != tag_count as usize || annotations.len() != annotation_count as usize {
+                return Err("more tags or annotations counted than listed".to_owned());
+            }
+            Ok(Verdict {
+                keep: flags & KEEP != 0,
+                severity,
+                tags,
+                annotations,
+                kill: flags & KILL != 0,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if tags.next().is_some() || annotations.next().is_some() {
+        return Err("tags or annotations no verdict counts".to_owned());
+    }
+    Ok(unpacked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_cross_as_they_were_pushed() {
+        let event = Event {
+            hook: "file_open",
+            action: "deny",
+            policy: "app",
+            rule: "protect-files/protected-files",
+            pid: 7,
+            uid: 1000,
+            comm: "cat",
+            path: "/srv/secrets/tökén",
+            json: "{\"hook\":\"file_open\"}",
+        };
+        let other = Event {
+            path: "/etc/shadow",
+            ..event
+        };
+        for json in [true, false] {
+            let (mut text, mut words) = (String::new(), Vec::new());
+            for event in [&event, &other] {
+                push_event(&mut text, &mut words, event, json);
+            }
+            assert_eq!(text.len(), text_len(&event, json) + text_len(&other, json));
+            let expected = |event: Event<'static>| Event {
+                json: if json { event.json } else { "" },
+                ..event
+            };
+            assert_eq!(
+                events(&text, &words).collect::<Vec<_>>(),
+                [expected(event), expected(other)]
+            );
+        }
+        // A span outside the text, or inside a character, reads as "".
+        let words = [[0, 99], [15, 2]].concat();
+        let mut words = [words.as_slice(), &[0; EVENT_WORDS - 4]].concat();
+        words[14] = 1;
+        let read: Vec<_> = events("/srv/secrets/tökén", &words).collect();
+        assert_eq!((read[0].hook, read[0].action, read[0].pid), ("", "", 1));
+    }
+
+    #[test]
+    fn verdicts_unpack_as_they_were_packed_and_malformed_ones_are_refused() {
+        let verdicts = vec![
+            Verdict::keep(),
+            Verdict::drop().severity(Severity::Critical),
+            Verdict::keep()
+                .severity(Severity::Info)
+                .tag("a")
+                .tag("b")
+                .annotate("attempt", "cat (uid 0) on /srv/secrets/token")
+                .kill(),
+            Verdict::keep().annotate("", ""),
+        ];
+        assert_eq!(unpack(&pack(&verdicts)), Ok(verdicts));
+
+        let packed = pack(&[Verdict::keep().tag("tag").annotate("key", "value")]);
+        let malformed = |change: fn(&mut Packed)| {
+            let mut packed = packed.clone();
+            change(&mut packed);
+            unpack(&packed)
+        };
+        for (what, change) in [
+            (
+                "a span outside the text",
+                (|p| p.tags[0] = 99) as fn(&mut Packed),
+            ),
+            ("a span inside a character", |p| {
+                p.text = "tagkeyvalu€".to_owned()
+            }),
+            ("more counted than listed", |p| p.verdicts[1] = 2),
+            ("listed and not counted", |p| p.verdicts[2] = 0),
+            ("a list cut short", |p| {
+                p.annotations.pop();
+            }),
+            ("an unknown severity", |p| {
+                p.verdicts[0] |= 6 << SEVERITY_SHIFT
+            }),
+            ("an unknown flag", |p| p.verdicts[0] |= 4),
+        ] {
+            assert!(malformed(change).is_err(), "{what}");
+        }
+    }
+}
