@@ -36,8 +36,12 @@ fn get(text: &str, start: u32, len: u32) -> Option<&str> {
 }
 
 /// The bytes of text that `push_event` appends for `event`.
-pub fn text_len(event: &Event<'_>, json: bool) -> usize {
-    let json = if json { event.json.len() } else { 0 };
+pub fn text_len(event: &Event<'_>) -> usize {
+    fields(event).iter().map(|field| field.len()).sum()
+}
+
+/// An event's strings, in the order they cross.
+fn fields<'a>(event: &Event<'a>) -> [&'a str; 7] {
     [
         event.hook,
         event.action,
@@ -45,24 +49,13 @@ pub fn text_len(event: &Event<'_>, json: bool) -> usize {
         event.rule,
         event.comm,
         event.path,
+        event.json,
     ]
-    .iter()
-    .map(|field| field.len())
-    .sum::<usize>()
-        + json
 }
 
-/// Appends `event` to a batch; its JSON only if `json` (otherwise an empty span).
-pub fn push_event(text: &mut String, words: &mut Vec<u32>, event: &Event<'_>, json: bool) {
-    for field in [
-        event.hook,
-        event.action,
-        event.policy,
-        event.rule,
-        event.comm,
-        event.path,
-        if json { event.json } else { "" },
-    ] {
+/// Appends `event` to a batch.
+pub fn push_event(text: &mut String, words: &mut Vec<u32>, event: &Event<'_>) {
+    for field in fields(event) {
         append(text, words, field);
     }
     words.extend([event.pid, event.uid]);
@@ -215,21 +208,12 @@ mod tests {
             path: "/etc/shadow",
             ..event
         };
-        for json in [true, false] {
-            let (mut text, mut words) = (String::new(), Vec::new());
-            for event in [&event, &other] {
-                push_event(&mut text, &mut words, event, json);
-            }
-            assert_eq!(text.len(), text_len(&event, json) + text_len(&other, json));
-            let expected = |event: Event<'static>| Event {
-                json: if json { event.json } else { "" },
-                ..event
-            };
-            assert_eq!(
-                events(&text, &words).collect::<Vec<_>>(),
-                [expected(event), expected(other)]
-            );
+        let (mut text, mut words) = (String::new(), Vec::new());
+        for event in [&event, &other] {
+            push_event(&mut text, &mut words, event);
         }
+        assert_eq!(text.len(), text_len(&event) + text_len(&other));
+        assert_eq!(events(&text, &words).collect::<Vec<_>>(), [event, other]);
         // A span outside the text, or inside a character, reads as "".
         let words = [[0, 99], [15, 2]].concat();
         let mut words = [words.as_slice(), &[0; EVENT_WORDS - 4]].concat();

@@ -79,8 +79,8 @@ impl VerdictCounts {
 /// Severity names, lowest first, as `rules::Severity` orders them.
 const SEVERITIES: [&str; 5] = ["info", "low", "medium", "high", "critical"];
 
-/// The event as modules see it.
-fn module_event(event: &AuditEvent) -> Event<'_> {
+/// The event as modules see it; its JSON (written for the purpose) only if `json`.
+fn module_event(event: &AuditEvent, json: bool) -> Event<'_> {
     Event {
         hook: event.hook,
         action: event.action,
@@ -90,7 +90,7 @@ fn module_event(event: &AuditEvent) -> Event<'_> {
         uid: event.uid,
         comm: &event.comm,
         path: &event.path,
-        json: event.facts_json(),
+        json: if json { event.facts_json() } else { "" },
     }
 }
 
@@ -124,11 +124,7 @@ impl Deciding {
         }
         let mut failures = Vec::new();
         for (decider, indices) in groups {
-            let inputs: Vec<Event<'_>> = indices
-                .iter()
-                .map(|&i| module_event(&batch[i].event))
-                .collect();
-            match self.decide(&decider, &inputs, &mut failures) {
+            match self.decide(&decider, batch, &indices, &mut failures) {
                 Some(verdicts) => {
                     let mut counts = VerdictCounts::default();
                     for (&index, verdict) in indices.iter().zip(verdicts) {
@@ -152,22 +148,25 @@ impl Deciding {
         failures
     }
 
-    /// The module's verdicts, or None when it failed (counted; logged and added to `failures`
-    /// at most once a minute per module and kind).
+    /// The module's verdicts on the events of `batch` at `indices`, or None when it failed
+    /// (counted; logged and added to `failures` at most once a minute per module and kind).
     fn decide(
         &mut self,
         decider: &Decider,
-        events: &[Event<'_>],
+        batch: &[Decoded],
+        indices: &[usize],
         failures: &mut Vec<ModuleFailure>,
     ) -> Option<Vec<Verdict>> {
         let started = Instant::now();
-        let result = self.warm_decide(decider, events).map_err(|err| match err {
-            Some(err) => (
-                err.kind().map_or("error", |kind| kind.name()),
-                err.to_string(),
-            ),
-            None => ("missing", "the module is not loaded".to_owned()),
-        });
+        let result = self
+            .warm_decide(decider, batch, indices)
+            .map_err(|err| match err {
+                Some(err) => (
+                    err.kind().map_or("error", |kind| kind.name()),
+                    err.to_string(),
+                ),
+                None => ("missing", "the module is not loaded".to_owned()),
+            });
         self.metrics
             .decide_seconds
             .get_or_create(&[("module", decider.name.clone())])
@@ -187,7 +186,7 @@ impl Deciding {
                 if due {
                     warn!(
                         module = %decider.name,
-                        events = events.len(),
+                        events = indices.len(),
                         on_failure = ?decider.on_failure,
                         "rule module failed to decide: {message}"
                     );
@@ -199,7 +198,7 @@ impl Deciding {
                         module: decider.name.clone(),
                         failure: kind,
                         message,
-                        events: events.len(),
+                        events: indices.len(),
                         on_failure: match decider.on_failure {
                             OnFailure::Keep => "keep",
                             OnFailure::Drop => "drop",
@@ -216,7 +215,8 @@ impl Deciding {
     fn warm_decide(
         &mut self,
         decider: &Decider,
-        events: &[Event<'_>],
+        batch: &[Decoded],
+        indices: &[usize],
     ) -> Result<Vec<Verdict>, Option<ModuleError>> {
         let key = (decider.digest.clone(), decider.config.clone());
         let mut warm = match self.instances.remove(&key) {
@@ -229,7 +229,12 @@ impl Deciding {
                 }
             }
         };
-        let verdicts = warm.instance.decide(&decider.config, events)?;
+        let json = warm.instance.reads_json();
+        let events: Vec<Event<'_>> = indices
+            .iter()
+            .map(|&index| module_event(&batch[index].event, json))
+            .collect();
+        let verdicts = warm.instance.decide(&decider.config, &events)?;
         warm.used = Instant::now();
         self.instances.insert(key, warm);
         Ok(verdicts)

@@ -309,9 +309,8 @@ mod tests {
             rdev: None,
             arg: None,
             added: Default::default(),
-            facts: String::new(),
+            facts: Default::default(),
         }
-        .with_facts()
     }
 
     #[test]

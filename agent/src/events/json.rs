@@ -55,6 +55,17 @@ impl<'a> Object<'a> {
         string(self.key(key), value);
     }
 
+    /// A string with nothing to escape: one the agent made (a name from its tables, a time, a
+    /// device number).
+    #[inline(always)]
+    fn plain(&mut self, key: &str, value: &str) {
+        debug_assert!(value.bytes().all(|byte| ESCAPE[usize::from(byte)] == 0));
+        let out = self.key(key);
+        out.push(b'"');
+        out.extend_from_slice(value.as_bytes());
+        out.push(b'"');
+    }
+
     /// `null` for none, as serde writes an `Option` it does not skip.
     #[inline(always)]
     fn str_or_null(&mut self, key: &str, value: Option<&str>) {
@@ -127,31 +138,31 @@ fn string(out: &mut Vec<u8>, value: &str) {
     let bytes = value.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
-    // Most text has nothing to escape: skip it 8 bytes at a time.
-    let clean = bytes
-        .chunks_exact(8)
-        .take_while(|chunk| !any_escape(u64::from_ne_bytes((*chunk).try_into().expect("8 bytes"))))
-        .count()
-        * 8;
-    let mut plain = 0;
-    for (at, &byte) in bytes.iter().enumerate().skip(clean) {
-        let escape = ESCAPE[usize::from(byte)];
-        if escape == 0 {
-            continue;
+    // Most text has nothing to escape: copy it 8 bytes at a time (copies of a known size are
+    // a few stores, where one of any size is a call).
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let chunk: [u8; 8] = chunk.try_into().expect("8 bytes");
+        if any_escape(u64::from_ne_bytes(chunk)) {
+            break;
         }
-        out.extend_from_slice(&bytes[plain..at]);
-        plain = at + 1;
-        out.extend_from_slice(&[b'\\', escape]);
-        if escape == b'u' {
-            out.extend_from_slice(&[
+        out.extend_from_slice(&chunk);
+        at += 8;
+    }
+    for &byte in &bytes[at..] {
+        match ESCAPE[usize::from(byte)] {
+            0 => out.push(byte),
+            b'u' => out.extend_from_slice(&[
+                b'\\',
+                b'u',
                 b'0',
                 b'0',
                 HEX[usize::from(byte >> 4)],
                 HEX[usize::from(byte & 0xf)],
-            ]);
+            ]),
+            escape => out.extend_from_slice(&[b'\\', escape]),
         }
     }
-    out.extend_from_slice(&bytes[plain..]);
     out.push(b'"');
 }
 
@@ -159,10 +170,10 @@ impl AuditEvent {
     /// The event as the kernel reported it and the decoder named it: every field but `added`.
     pub(super) fn write_facts(&self, out: &mut Vec<u8>) {
         let mut event = Object::open(out);
-        event.str("time", &self.time);
+        event.plain("time", &self.time);
         event.str("node", &self.node);
-        event.str("hook", self.hook);
-        event.str("action", self.action);
+        event.plain("hook", self.hook);
+        event.plain("action", self.action);
         event.str_or_null("policy", self.policy.as_deref());
         event.str_or_null("rule", self.rule.as_deref());
         event.number("rule_id", self.rule_id);
@@ -185,7 +196,7 @@ impl AuditEvent {
         event.number("uid", self.uid);
         event.str("comm", &self.comm);
         event.str("path", &self.path);
-        event.str("dev", &self.dev);
+        event.plain("dev", &self.dev);
         event.number("ino", self.ino);
         event.strings("permissions", self.permissions.iter().copied());
         event.number("errno", self.errno);
@@ -229,7 +240,11 @@ impl AuditEvent {
     /// writing its facts again.
     pub fn write_json(&self, out: &mut Vec<u8>) {
         // The facts' object without its closing brace, then what modules added.
-        out.extend_from_slice(&self.facts.as_bytes()[..self.facts.len() - 1]);
+        match self.facts.get() {
+            Some(facts) => out.extend_from_slice(facts.as_bytes()),
+            None => self.write_facts(out),
+        }
+        out.pop();
         let mut event = Object::resume(out);
         let Added {
             severity,

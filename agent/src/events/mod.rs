@@ -20,6 +20,7 @@ pub use worker::EventWorker;
 use std::{
     collections::BTreeMap,
     net::Ipv6Addr,
+    sync::OnceLock,
     time::{Duration, SystemTime},
 };
 
@@ -91,10 +92,10 @@ pub struct AuditEvent {
     /// What rule modules added; written after the fields above.
     #[serde(flatten)]
     pub added: Added,
-    /// The fields above as one JSON object, serialized once when the event is decoded: what rule
-    /// modules read and what `write_json` starts from.
+    /// The fields above as one JSON object, written the first time a rule module reads it; then
+    /// what `write_json` starts from.
     #[serde(skip)]
-    facts: String,
+    facts: OnceLock<String>,
 }
 
 /// What rule modules add to an event.
@@ -113,19 +114,13 @@ pub struct Added {
 }
 
 impl AuditEvent {
-    /// Writes the facts once, for `facts_json` and `write_json`; nothing may have been added
-    /// yet.
-    fn with_facts(mut self) -> Self {
-        debug_assert_eq!(self.added, Added::default());
-        let mut facts = Vec::with_capacity(512);
-        self.write_facts(&mut facts);
-        self.facts = String::from_utf8(facts).expect("JSON of strings is UTF-8");
-        self
-    }
-
     /// The event as the kernel reported it and the decoder named it, as JSON.
     pub fn facts_json(&self) -> &str {
-        &self.facts
+        self.facts.get_or_init(|| {
+            let mut facts = Vec::with_capacity(512);
+            self.write_facts(&mut facts);
+            String::from_utf8(facts).expect("JSON of strings is UTF-8")
+        })
     }
 }
 
@@ -197,21 +192,22 @@ fn rfc3339_nanos(time: SystemTime) -> String {
     };
     let year = year_of_era + era * 400 + u64::from(month <= 2);
     let time_of_day = seconds % 86_400;
-    let mut text = String::with_capacity(30);
-    let mut digits = |value: u64, width: u32, after: char| {
-        for place in (0..width).rev() {
-            text.push(char::from(b'0' + (value / 10u64.pow(place) % 10) as u8));
+    let mut text = *b"0000-00-00T00:00:00.000000000Z";
+    // A field's digits, from the last one, which goes before `end`.
+    let mut digits = |end: usize, mut value: u64, width: usize| {
+        for at in (end - width..end).rev() {
+            text[at] = b'0' + (value % 10) as u8;
+            value /= 10;
         }
-        text.push(after);
     };
-    digits(year, 4, '-');
-    digits(month, 2, '-');
-    digits(day, 2, 'T');
-    digits(time_of_day / 3_600, 2, ':');
-    digits(time_of_day / 60 % 60, 2, ':');
-    digits(time_of_day % 60, 2, '.');
-    digits(u64::from(since_epoch.subsec_nanos()), 9, 'Z');
-    text
+    digits(4, year, 4);
+    digits(7, month, 2);
+    digits(10, day, 2);
+    digits(13, time_of_day / 3_600, 2);
+    digits(16, time_of_day / 60 % 60, 2);
+    digits(19, time_of_day % 60, 2);
+    digits(29, u64::from(since_epoch.subsec_nanos()), 9);
+    String::from_utf8(text.to_vec()).expect("digits are ASCII")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -362,10 +358,10 @@ impl Decoder {
             )
             .then_some(event.arg),
             added: Added::default(),
-            facts: String::new(),
+            facts: OnceLock::new(),
         };
         Decoded {
-            event: event.with_facts(),
+            event,
             policy: installed,
             keep: true,
         }
@@ -402,6 +398,14 @@ mod tests {
             );
         }
         assert_eq!(device(8 << 20 | 17), "8:17");
+    }
+
+    /// The event without what modules added.
+    fn plain_facts(event: &AuditEvent) -> AuditEvent {
+        AuditEvent {
+            added: Added::default(),
+            ..event.clone()
+        }
     }
 
     #[test]
@@ -446,9 +450,9 @@ mod tests {
             rdev: Some("1:3".to_owned()),
             arg: Some(u32::MAX),
             errno: -1,
+            facts: OnceLock::new(),
             ..plain
-        }
-        .with_facts();
+        };
         assert_eq!(written(&event), serde_json::to_string(&event).unwrap());
         event.added = Added {
             severity: Some("high"),
@@ -460,6 +464,12 @@ mod tests {
             .into(),
             killed: true,
         };
+        assert_eq!(written(&event), serde_json::to_string(&event).unwrap());
+        // The same once a module has read the facts, which are then spliced in.
+        assert_eq!(
+            event.facts_json(),
+            serde_json::to_string(&plain_facts(&event)).unwrap()
+        );
         assert_eq!(written(&event), serde_json::to_string(&event).unwrap());
         let value: serde_json::Value = serde_json::from_str(&written(&event)).unwrap();
         assert_eq!(value["path"], String::from_utf8(path.to_vec()).unwrap());

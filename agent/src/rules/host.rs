@@ -506,16 +506,28 @@ impl LoadedModule {
 /// A batch as a component's `decide` takes it: the events' strings one after another in one
 /// text, and their numbers and spans of the text in words; their JSON only if `json`.
 fn pack(events: &[Event<'_>], json: bool) -> (String, Vec<u32>) {
-    let size = events.iter().map(|event| wire::text_len(event, json)).sum();
-    let mut text = String::with_capacity(size);
+    let events = events.iter().map(|event| Event {
+        json: if json { event.json } else { "" },
+        ..*event
+    });
+    let mut text = String::with_capacity(events.clone().map(|event| wire::text_len(&event)).sum());
     let mut words = Vec::with_capacity(events.len() * wire::EVENT_WORDS);
     for event in events {
-        wire::push_event(&mut text, &mut words, event, json);
+        wire::push_event(&mut text, &mut words, &event);
     }
     (text, words)
 }
 
 impl ModuleInstance {
+    /// Whether `decide` reads the events' `json` (given "" otherwise): a component says so, a
+    /// Rego policy's input is the whole event.
+    pub fn reads_json(&self) -> bool {
+        match &self.running {
+            Running::Component { reads_json, .. } => *reads_json,
+            Running::Rego(_) => true,
+        }
+    }
+
     /// The kernel rules the module makes of `config` (JSON).
     pub fn compile(&mut self, config: &str, context: &Context) -> Result<Vec<Entry>, ModuleError> {
         set_budget(&mut self.store, COMPILE_BUDGET);
