@@ -337,10 +337,7 @@ fn a_misbehaving_module_is_stopped_within_its_budget_and_the_host_goes_on() {
     assert_eq!(verdicts.len(), 2);
     assert!(verdicts.iter().all(|verdict| verdict.keep));
     // It asked for the events' JSON.
-    assert_eq!(
-        verdicts[1].annotations,
-        [("json".to_owned(), "{}".to_owned())]
-    );
+    assert_eq!(verdicts[1].annotations, [("json".into(), "{}".into())]);
 }
 
 #[test]
@@ -402,8 +399,8 @@ fn the_example_module_rates_silences_and_asks_to_kill() {
     assert_eq!(
         verdicts[2].annotations,
         [(
-            "attempt".to_owned(),
-            "less (uid 1000) on /srv/secrets/token".to_owned()
+            "attempt".into(),
+            "less (uid 1000) on /srv/secrets/token".into()
         )]
     );
 }

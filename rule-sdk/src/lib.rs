@@ -39,6 +39,8 @@
 //! palisade_rule_sdk::rule!(NoSecrets);
 //! ```
 
+use std::borrow::Cow;
+
 pub mod testing;
 #[doc(hidden)]
 pub mod wire;
@@ -285,9 +287,11 @@ pub struct Verdict {
     /// Whether the event goes on to the sinks (false: dropped, and counted).
     pub keep: bool,
     pub severity: Option<Severity>,
-    pub tags: Vec<String>,
+    /// Strings given as literals stay borrowed: no allocation, for the module or the agent's
+    /// copy of its verdicts.
+    pub tags: Vec<Cow<'static, str>>,
     /// Added to the event as "annotations".
-    pub annotations: Vec<(String, String)>,
+    pub annotations: Vec<(Cow<'static, str>, Cow<'static, str>)>,
     /// Kill the process that caused the event (SIGKILL).
     pub kill: bool,
 }
@@ -317,12 +321,16 @@ impl Verdict {
         self
     }
 
-    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+    pub fn tag(mut self, tag: impl Into<Cow<'static, str>>) -> Self {
         self.tags.push(tag.into());
         self
     }
 
-    pub fn annotate(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+    pub fn annotate(
+        mut self,
+        key: impl Into<Cow<'static, str>>,
+        value: impl Into<Cow<'static, str>>,
+    ) -> Self {
         self.annotations.push((key.into(), value.into()));
         self
     }

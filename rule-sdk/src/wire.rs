@@ -92,7 +92,7 @@ pub fn pack(verdicts: &[Verdict]) -> Packed {
     // Sized once: growing them would copy what they hold (and a module's allocator is slow).
     let count = |of: fn(&Verdict) -> usize| verdicts.iter().map(of).sum::<usize>();
     let text = count(|verdict| {
-        let tags = verdict.tags.iter().map(String::len).sum::<usize>();
+        let tags = verdict.tags.iter().map(|tag| tag.len()).sum::<usize>();
         let annotations = verdict.annotations.iter();
         tags + annotations
             .map(|(key, value)| key.len() + value.len())
@@ -139,7 +139,7 @@ pub fn unpack(packed: &Packed) -> Result<Vec<Verdict>, String> {
     }
     let field = |span: &[u32]| {
         get(text, span[0], span[1])
-            .map(str::to_owned)
+            .map(|field| field.to_owned().into())
             .ok_or_else(|| "a span outside their text".to_owned())
     };
     let mut tags = tags.chunks_exact(2);

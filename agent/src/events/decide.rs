@@ -7,6 +7,7 @@
 //! deciding a few events.
 
 use std::{
+    borrow::Cow,
     collections::HashMap,
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
@@ -270,8 +271,13 @@ impl Deciding {
                 event.added.severity = Some(SEVERITIES[rank]);
             }
         }
-        event.added.tags.extend(verdict.tags);
-        event.added.annotations.extend(verdict.annotations);
+        let owned = Cow::into_owned;
+        event.added.tags.extend(verdict.tags.into_iter().map(owned));
+        let annotations = verdict.annotations.into_iter();
+        event
+            .added
+            .annotations
+            .extend(annotations.map(|(key, value)| (owned(key), owned(value))));
         if verdict.kill && !event.added.killed {
             event.added.killed = self.kill(event);
         }

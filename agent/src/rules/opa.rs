@@ -465,8 +465,12 @@ impl From<RegoVerdict> for Verdict {
                 RegoSeverity::High => Severity::High,
                 RegoSeverity::Critical => Severity::Critical,
             }),
-            tags: verdict.tags,
-            annotations: verdict.annotations.into_iter().collect(),
+            tags: verdict.tags.into_iter().map(Into::into).collect(),
+            annotations: verdict
+                .annotations
+                .into_iter()
+                .map(|(key, value)| (key.into(), value.into()))
+                .collect(),
             kill: verdict.kill,
         }
     }

@@ -46,13 +46,14 @@ impl Rule for ProtectFiles {
         if config.quiet.iter().any(|quiet| quiet == event.comm) {
             return Verdict::drop();
         }
+        // "comm (uid N) on path", allocated once and appended piece by piece: `format!` would
+        // grow it as it goes and run the formatting machinery for every piece.
+        let uid = event.uid.to_string();
+        let attempt = [event.comm, " (uid ", &uid, ") on ", event.path].concat();
         let verdict = Verdict::keep()
             .severity(Severity::High)
             .tag("protected-file")
-            .annotate(
-                "attempt",
-                format!("{} (uid {}) on {}", event.comm, event.uid, event.path),
-            );
+            .annotate("attempt", attempt);
         if config.kill.iter().any(|kill| kill == event.comm) {
             verdict.kill()
         } else {

@@ -86,7 +86,7 @@ impl Rule for Misbehaving {
         if let Some(misbehaviour) = &config.decide {
             misbehave(misbehaviour);
         }
-        Verdict::keep().annotate("json", event.json)
+        Verdict::keep().annotate("json", event.json.to_owned())
     }
 }
 
