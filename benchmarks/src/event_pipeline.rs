@@ -136,14 +136,14 @@ fn measure(setup: &Setup, scratch: &Path) -> anyhow::Result<[Duration; 4]> {
     let registry = PolicyRegistry::default();
     registry.insert(
         POLICY_ID,
-        Arc::new(InstalledPolicy {
-            policy: Arc::new(compiled),
-            target: Cgroup {
+        Arc::new(InstalledPolicy::new(
+            Arc::new(compiled),
+            Cgroup {
                 path: "/sys/fs/cgroup/bench".into(),
                 id: 4242,
                 level: 1,
             },
-        }),
+        )),
     );
     let decoder = Decoder::new(registry, PodRegistry::default());
     let mut deciding = Deciding::new(host, RuleModuleMetrics::default(), "/sys/fs/cgroup".into());

@@ -38,6 +38,11 @@ use crate::{
 pub struct InstalledPolicy {
     pub policy: Arc<CompiledPolicy>,
     pub target: Cgroup,
+    /// Its name, its target's path and its rules' names (by rule id - 1, then the built-in
+    /// rules'), shared by every event that names them rather than copied into each.
+    name: Arc<str>,
+    target_path: Arc<str>,
+    rule_names: Vec<Arc<str>>,
 }
 
 /// The rule name given to the built-in protection of the loading process.
@@ -47,12 +52,40 @@ pub const SELF_PROTECTION: &str = "palisade-self-protection";
 const PATH_OUTSIDE_MOUNT: &str = "palisade-path-outside-mount";
 
 impl InstalledPolicy {
-    pub fn rule_name(&self, rule_id: u32) -> Option<&str> {
-        match rule_id {
-            RULE_SELF_PROTECTION => Some(SELF_PROTECTION),
-            RULE_PATH_OUTSIDE_MOUNT => Some(PATH_OUTSIDE_MOUNT),
-            _ => self.policy.rule_name(rule_id),
+    pub fn new(policy: Arc<CompiledPolicy>, target: Cgroup) -> Self {
+        let rules = policy.rules.iter().map(|rule| rule.name.as_str());
+        let rule_names = rules
+            .chain([SELF_PROTECTION, PATH_OUTSIDE_MOUNT])
+            .map(Arc::from)
+            .collect();
+        Self {
+            name: policy.name.as_str().into(),
+            target_path: target.path.to_string_lossy().into(),
+            rule_names,
+            policy,
+            target,
         }
+    }
+
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    pub fn target_path(&self) -> &Arc<str> {
+        &self.target_path
+    }
+
+    pub fn rule_name(&self, rule_id: u32) -> Option<&Arc<str>> {
+        let rules = self.policy.rules.len();
+        let index = match rule_id {
+            RULE_SELF_PROTECTION => rules,
+            RULE_PATH_OUTSIDE_MOUNT => rules + 1,
+            _ => usize::try_from(rule_id)
+                .ok()?
+                .checked_sub(1)
+                .filter(|&index| index < rules)?,
+        };
+        self.rule_names.get(index)
     }
 }
 
@@ -552,10 +585,7 @@ impl Enforcer {
             self.delete_entries(policy_id, &policy);
             return Err(err);
         }
-        let installed = InstalledPolicy {
-            policy: policy.clone(),
-            target: target.clone(),
-        };
+        let installed = InstalledPolicy::new(policy.clone(), target.clone());
         self.registry.insert(policy_id, Arc::new(installed));
         let switched = self
             .targets
@@ -659,10 +689,7 @@ impl Enforcer {
         };
         self.registry.insert(
             policy_id,
-            Arc::new(InstalledPolicy {
-                policy: policy.clone(),
-                target: future,
-            }),
+            Arc::new(InstalledPolicy::new(policy.clone(), future)),
         );
         let is_new = !self.staged.contains_key(&staged);
         if is_new {
@@ -770,7 +797,7 @@ impl Enforcer {
         let installed = self.registry.get(key.policy_id)?;
         Some(RuleLabels {
             policy: installed.policy.name.clone(),
-            rule: installed.rule_name(key.rule_id)?.to_owned(),
+            rule: installed.rule_name(key.rule_id)?.to_string(),
             hook: super::hook_name(key.hook),
             action: super::action_name(key.action),
         })
@@ -968,4 +995,40 @@ fn sum_counts(per_cpu: &[RuleCount]) -> RuleCounts {
             decisions: sum.decisions + count.decisions,
             throttled: sum.throttled + count.throttled,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::policy::{Environment, Policy, compile};
+
+    #[test]
+    fn an_installed_policy_names_its_rules_the_built_in_ones_and_no_other() {
+        let file = Path::new("p.yaml");
+        let text = "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: app\n\
+                    spec:\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    \
+                    customRules:\n      files:\n        - name: secrets\n          paths: [/srv/]\n          \
+                    permissions: [read]\n          action: deny\n";
+        let policy = Policy::parse(file, text).unwrap();
+        let compiled = compile(file, &policy, &Environment::default(), &[]).unwrap();
+        let target = Cgroup {
+            path: "/sys/fs/cgroup/app".into(),
+            id: 7,
+            level: 1,
+        };
+        let installed = InstalledPolicy::new(Arc::new(compiled), target);
+        assert_eq!(&**installed.name(), "app");
+        assert_eq!(&**installed.target_path(), "/sys/fs/cgroup/app");
+        let name = |rule_id| installed.rule_name(rule_id).map(|name| name.to_string());
+        assert_eq!(name(1).as_deref(), Some("secrets"));
+        assert_eq!(name(RULE_SELF_PROTECTION).as_deref(), Some(SELF_PROTECTION));
+        assert_eq!(
+            name(RULE_PATH_OUTSIDE_MOUNT).as_deref(),
+            Some(PATH_OUTSIDE_MOUNT)
+        );
+        assert_eq!(name(0), None);
+        assert_eq!(name(2), None);
+    }
 }

@@ -180,7 +180,7 @@ fn falco_failure(failure: &ModuleFailure) -> Value {
 
 /// The event in Falco's JSON output format: what Falcosidekick accepts on `POST /`.
 fn falco_output(event: &AuditEvent) -> Value {
-    let rule = event.rule.clone().unwrap_or_else(|| "unknown".to_owned());
+    let rule = event.rule.as_deref().unwrap_or("unknown");
     let rule_class = HOOKS
         .iter()
         .find(|hook| hook.name == event.hook)
@@ -215,8 +215,9 @@ fn falco_output(event: &AuditEvent) -> Value {
         None => event
             .target
             .cgroup_path
-            .clone()
-            .unwrap_or_else(|| "an unknown target".to_owned()),
+            .as_deref()
+            .unwrap_or("an unknown target")
+            .to_owned(),
     };
     let output = format!(
         "{} {verb} {} {object} by {} (pid {}, uid {}) in {place} (policy {}, rule {rule})",
@@ -279,15 +280,15 @@ mod tests {
     fn event(path: &str) -> AuditEvent {
         AuditEvent {
             time: "2026-11-22T05:00:00.000000001Z".to_owned(),
-            node: "node-1".to_owned(),
+            node: "node-1".into(),
             hook: "file_open",
             action: "deny",
-            policy: Some("app".to_owned()),
-            rule: Some("no-shadow".to_owned()),
+            policy: Some("app".into()),
+            rule: Some("no-shadow".into()),
             rule_id: 1,
             target: EventTarget {
                 cgroup_id: 42,
-                cgroup_path: Some("/sys/fs/cgroup/app".to_owned()),
+                cgroup_path: Some("/sys/fs/cgroup/app".into()),
             },
             cgroup_id: 42,
             kubernetes: None,
@@ -364,7 +365,7 @@ mod tests {
         let output = falco_failure(&ModuleFailure {
             kind: "rule_module_failure",
             time: "2026-11-22T05:00:00Z".to_owned(),
-            node: "node-1".to_owned(),
+            node: "node-1".into(),
             module: "egress".to_owned(),
             failure: "timeout",
             message: "wasm trap: interrupt".to_owned(),

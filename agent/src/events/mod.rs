@@ -20,7 +20,7 @@ pub use worker::EventWorker;
 use std::{
     collections::BTreeMap,
     net::Ipv6Addr,
-    sync::OnceLock,
+    sync::{Arc, OnceLock},
     time::{Duration, SystemTime},
 };
 
@@ -40,11 +40,11 @@ use crate::{
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AuditEvent {
     pub time: String,
-    pub node: String,
+    pub node: Arc<str>,
     pub hook: &'static str,
     pub action: &'static str,
-    pub policy: Option<String>,
-    pub rule: Option<String>,
+    pub policy: Option<Arc<str>>,
+    pub rule: Option<Arc<str>>,
     pub rule_id: u32,
     pub target: EventTarget,
     pub cgroup_id: u64,
@@ -213,13 +213,13 @@ fn rfc3339_nanos(time: SystemTime) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EventTarget {
     pub cgroup_id: u64,
-    pub cgroup_path: Option<String>,
+    pub cgroup_path: Option<Arc<str>>,
 }
 
 /// Turns kernel events into `AuditEvent`s.
 #[derive(Debug, Clone)]
 pub struct Decoder {
-    node: String,
+    node: Arc<str>,
     registry: PolicyRegistry,
     pods: PodRegistry,
     /// Wall-clock time at boot, to convert bpf_ktime_get_boot_ns.
@@ -252,8 +252,8 @@ impl Decoder {
     /// Names policies and rules from `registry`, and Kubernetes pods from `pods`.
     pub fn new(registry: PolicyRegistry, pods: PodRegistry) -> Self {
         let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|name| name.trim().to_owned())
-            .unwrap_or_default();
+            .map(|name| name.trim().into())
+            .unwrap_or_else(|_| "".into());
         let boot_time =
             SystemTime::UNIX_EPOCH + clock(libc::CLOCK_REALTIME) - clock(libc::CLOCK_BOOTTIME);
         Self {
@@ -297,16 +297,14 @@ impl Decoder {
             node: self.node.clone(),
             hook: hook_name(event.hook),
             action: action_name(event.action),
-            policy: installed
-                .as_ref()
-                .map(|installed| installed.policy.name.clone()),
-            rule: rule.map(str::to_owned),
+            policy: installed.as_ref().map(|installed| installed.name().clone()),
+            rule: rule.cloned(),
             rule_id: event.rule_id,
             target: EventTarget {
                 cgroup_id: event.target_cgroup_id,
                 cgroup_path: installed
                     .as_ref()
-                    .map(|installed| installed.target.path.to_string_lossy().into_owned()),
+                    .map(|installed| installed.target_path().clone()),
             },
             cgroup_id: event.cgroup_id,
             kubernetes: self
@@ -425,11 +423,11 @@ mod tests {
 
         // Every optional field, and what modules add.
         let mut event = AuditEvent {
-            policy: Some("app".to_owned()),
-            rule: Some("no-\"x\"".to_owned()),
+            policy: Some("app".into()),
+            rule: Some("no-\"x\"".into()),
             target: EventTarget {
                 cgroup_id: 9,
-                cgroup_path: Some("/sys/fs/cgroup/app".to_owned()),
+                cgroup_path: Some("/sys/fs/cgroup/app".into()),
             },
             kubernetes: Some(PodIdentity {
                 namespace: "default".to_owned(),

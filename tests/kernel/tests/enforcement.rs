@@ -178,7 +178,7 @@ fn audit_rule_allows_and_emits_one_event() {
         event.target.cgroup_path.as_deref(),
         Some(target.path.to_str().unwrap())
     );
-    assert_eq!(event.node, "palisade-vm");
+    assert_eq!(&*event.node, "palisade-vm");
     // Outside the target: no event.
     assert_eq!(probe(None, &["read", watched]), Answer::Ok);
     assert!(kernel.events().is_empty());
