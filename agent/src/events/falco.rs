@@ -299,7 +299,7 @@ mod tests {
             path: path.to_owned(),
             dev: "0:1".to_owned(),
             ino: 7,
-            permissions: vec!["read"],
+            permissions: &["read"],
             errno: 1,
             suppressed: 0,
             object_pid: None,

@@ -20,7 +20,7 @@ pub use worker::EventWorker;
 use std::{
     collections::BTreeMap,
     net::Ipv6Addr,
-    sync::{Arc, OnceLock},
+    sync::{Arc, LazyLock, OnceLock},
     time::{Duration, SystemTime},
 };
 
@@ -61,7 +61,7 @@ pub struct AuditEvent {
     /// "major:minor" of the file's device.
     pub dev: String,
     pub ino: u64,
-    pub permissions: Vec<&'static str>,
+    pub permissions: &'static [&'static str],
     /// The errno returned to the caller (1 = EPERM), 0 if the operation was allowed.
     pub errno: i32,
     /// Events of this rule and target the audit rate suppressed since the previous one.
@@ -216,6 +216,27 @@ pub struct EventTarget {
     pub cgroup_path: Option<Arc<str>>,
 }
 
+/// Permission bits of events, and their names.
+const PERMISSIONS: [(u32, &str); 5] = [
+    (PERM_READ, "read"),
+    (PERM_WRITE, "write"),
+    (PERM_APPEND, "append"),
+    (PERM_EXEC, "exec"),
+    (PERM_CONNECT, "connect"),
+];
+const PERMISSIONS_MASK: u32 = PERM_READ | PERM_WRITE | PERM_APPEND | PERM_EXEC | PERM_CONNECT;
+
+/// The names of every combination of permission bits, by the bits: made once, where each event
+/// would allocate its list.
+static PERMISSION_SETS: LazyLock<Vec<Vec<&str>>> = LazyLock::new(|| {
+    (0..=PERMISSIONS_MASK)
+        .map(|bits| {
+            let names = PERMISSIONS.iter().filter(|(bit, _)| bits & bit != 0);
+            names.map(|(_, name)| *name).collect()
+        })
+        .collect()
+});
+
 /// Turns kernel events into `AuditEvent`s.
 #[derive(Debug, Clone)]
 pub struct Decoder {
@@ -281,17 +302,7 @@ impl Decoder {
         let rule = installed
             .as_ref()
             .and_then(|installed| installed.rule_name(event.rule_id));
-        let permissions = [
-            (PERM_READ, "read"),
-            (PERM_WRITE, "write"),
-            (PERM_APPEND, "append"),
-            (PERM_EXEC, "exec"),
-            (PERM_CONNECT, "connect"),
-        ]
-        .into_iter()
-        .filter(|(bit, _)| event.perms & bit != 0)
-        .map(|(_, name)| name)
-        .collect();
+        let permissions = PERMISSION_SETS[(event.perms & PERMISSIONS_MASK) as usize].as_slice();
         let event = AuditEvent {
             time: rfc3339_nanos(self.boot_time + Duration::from_nanos(event.time_ns)),
             node: self.node.clone(),
@@ -418,6 +429,7 @@ mod tests {
         let path = "/etc/\"odd\"\n\\\t\u{1}\u{7f}é\u{8}\u{c}\r".as_bytes();
         kernel.path[..path.len()].copy_from_slice(path);
         let plain = decoder.decode(&kernel).event;
+        assert_eq!(plain.permissions, ["read", "write"]);
         assert_eq!(written(&plain), serde_json::to_string(&plain).unwrap());
         assert_eq!(plain.facts_json(), serde_json::to_string(&plain).unwrap());
 
