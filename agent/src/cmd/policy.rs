@@ -4,10 +4,13 @@
 
 use std::{io::Write, net::Ipv6Addr, path::Path};
 
-use palisade_common::{ACTION_AUDIT, ACTION_DENY, PERM_COUNT, PathVerdict, Verdict};
+use palisade_common::{ACTION_AUDIT, ACTION_DENY, PathVerdict, Verdict};
 
 use crate::{
-    policy::{CAPABILITIES, CompiledPolicy, Environment, Policy, PolicyError},
+    policy::{
+        CAPABILITIES, CompiledPolicy, Environment, PERMISSION_NAMES, Policy, PolicyError,
+        permission_names,
+    },
     rules::{RuleHost, compile_policy},
 };
 
@@ -27,8 +30,6 @@ pub fn load_and_compile(
     Ok((policy, compiled))
 }
 
-const PERM_NAMES: [&str; PERM_COUNT as usize] = ["read", "write", "append", "exec", "connect"];
-
 fn action_name(action: u32) -> &'static str {
     match action {
         a if a == ACTION_DENY | ACTION_AUDIT => "deny+audit",
@@ -43,7 +44,7 @@ fn verdict(verdict: &Verdict) -> String {
 }
 
 fn path_verdict_text(path_verdict: &PathVerdict) -> String {
-    let mut parts: Vec<String> = PERM_NAMES
+    let mut parts: Vec<String> = PERMISSION_NAMES
         .iter()
         .enumerate()
         .filter(|(i, _)| path_verdict.action[*i] != 0)
@@ -172,12 +173,7 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
         )?;
     }
     for (index, glob) in compiled.globs.iter().enumerate() {
-        let perms: Vec<&str> = PERM_NAMES
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| glob.perms & (1 << i) != 0)
-            .map(|(_, n)| *n)
-            .collect();
+        let perms = permission_names(glob.perms);
         writeln!(
             out,
             "globs[{index}]: {} {} (rule {}), paths of at least {} bytes",

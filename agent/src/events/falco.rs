@@ -365,7 +365,7 @@ mod tests {
         let output = falco_failure(&ModuleFailure {
             kind: "rule_module_failure",
             time: "2026-11-22T05:00:00Z".to_owned(),
-            node: "node-1".into(),
+            node: "node-1".to_owned(),
             module: "egress".to_owned(),
             failure: "timeout",
             message: "wasm trap: interrupt".to_owned(),

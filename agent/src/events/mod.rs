@@ -20,19 +20,19 @@ pub use worker::EventWorker;
 use std::{
     collections::BTreeMap,
     net::Ipv6Addr,
-    sync::{Arc, LazyLock, OnceLock},
+    sync::{Arc, OnceLock},
     time::{Duration, SystemTime},
 };
 
 use palisade_common::{
     Event, HOOK_BPF, HOOK_CAPABLE, HOOK_PATH_CHMOD, HOOK_PTRACE_ACCESS_CHECK, HOOK_SOCKET_CONNECT,
-    HOOK_SOCKET_CREATE, HOOK_SOCKET_SENDMSG, HOOK_SOCKET_SETSOCKOPT, HOOK_TASK_KILL, PERM_APPEND,
-    PERM_CONNECT, PERM_EXEC, PERM_READ, PERM_WRITE,
+    HOOK_SOCKET_CREATE, HOOK_SOCKET_SENDMSG, HOOK_SOCKET_SETSOCKOPT, HOOK_TASK_KILL,
 };
 use serde::Serialize;
 
 use crate::{
     bpf::{PolicyRegistry, action_name, hook_name},
+    policy::permission_names,
     targets::{PodIdentity, PodRegistry},
 };
 
@@ -216,27 +216,6 @@ pub struct EventTarget {
     pub cgroup_path: Option<Arc<str>>,
 }
 
-/// Permission bits of events, and their names.
-const PERMISSIONS: [(u32, &str); 5] = [
-    (PERM_READ, "read"),
-    (PERM_WRITE, "write"),
-    (PERM_APPEND, "append"),
-    (PERM_EXEC, "exec"),
-    (PERM_CONNECT, "connect"),
-];
-const PERMISSIONS_MASK: u32 = PERM_READ | PERM_WRITE | PERM_APPEND | PERM_EXEC | PERM_CONNECT;
-
-/// The names of every combination of permission bits, by the bits: made once, where each event
-/// would allocate its list.
-static PERMISSION_SETS: LazyLock<Vec<Vec<&str>>> = LazyLock::new(|| {
-    (0..=PERMISSIONS_MASK)
-        .map(|bits| {
-            let names = PERMISSIONS.iter().filter(|(bit, _)| bits & bit != 0);
-            names.map(|(_, name)| *name).collect()
-        })
-        .collect()
-});
-
 /// Turns kernel events into `AuditEvent`s.
 #[derive(Debug, Clone)]
 pub struct Decoder {
@@ -302,7 +281,6 @@ impl Decoder {
         let rule = installed
             .as_ref()
             .and_then(|installed| installed.rule_name(event.rule_id));
-        let permissions = PERMISSION_SETS[(event.perms & PERMISSIONS_MASK) as usize].as_slice();
         let event = AuditEvent {
             time: rfc3339_nanos(self.boot_time + Duration::from_nanos(event.time_ns)),
             node: self.node.clone(),
@@ -329,7 +307,7 @@ impl Decoder {
             path: c_string(&event.path),
             dev: device(event.dev),
             ino: event.ino,
-            permissions,
+            permissions: permission_names(event.perms),
             errno: -event.error,
             suppressed: event.suppressed,
             object_pid: (event.object_pid != 0).then_some(event.object_pid),
@@ -379,7 +357,7 @@ impl Decoder {
 
 #[cfg(test)]
 mod tests {
-    use palisade_common::HOOK_FILE_OPEN;
+    use palisade_common::{HOOK_FILE_OPEN, PERM_READ, PERM_WRITE};
 
     use super::*;
 

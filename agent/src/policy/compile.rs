@@ -10,12 +10,13 @@
 use std::{
     collections::{BTreeMap, HashMap},
     path::Path,
+    sync::LazyLock,
 };
 
 use palisade_common::{
     ACTION_AUDIT, ACTION_DENY, FS_TYPE_LEN, GlobRule, LOOKUP_MOUNT_TYPES, LOOKUP_NETWORK,
-    LOOKUP_PATHS, LOOKUP_SOCKETS, MAX_GLOBS, PERM_APPEND, PERM_COUNT, PERM_EXEC, PERM_READ,
-    PERM_WRITE, PathVerdict, Policy as KernelPolicy, Verdict,
+    LOOKUP_PATHS, LOOKUP_SOCKETS, MAX_GLOBS, PERM_APPEND, PERM_CONNECT, PERM_COUNT, PERM_EXEC,
+    PERM_READ, PERM_WRITE, PathVerdict, Policy as KernelPolicy, Verdict,
 };
 
 use super::{
@@ -139,6 +140,38 @@ pub fn kernel_perms(permissions: &[Permission]) -> u32 {
                 Permission::Exec => PERM_EXEC,
             }
     })
+}
+
+/// The names of the permission bits events and map entries carry, by bit: bit `i` is `1 << i`.
+pub const PERMISSION_NAMES: [&str; PERM_COUNT as usize] =
+    ["read", "write", "append", "exec", "connect"];
+const _: () = assert!(
+    PERM_READ == 1 << 0
+        && PERM_WRITE == 1 << 1
+        && PERM_APPEND == 1 << 2
+        && PERM_EXEC == 1 << 3
+        && PERM_CONNECT == 1 << 4
+);
+
+/// The names of the permissions in `bits`, lowest bit first (bits this build does not know are
+/// left out). Every list is made once: events would otherwise allocate one each.
+pub fn permission_names(bits: u32) -> &'static [&'static str] {
+    static LISTS: LazyLock<Vec<Vec<&str>>> = LazyLock::new(|| {
+        (0..1u32 << PERM_COUNT)
+            .map(|bits| {
+                let names = PERMISSION_NAMES.iter().enumerate();
+                let present = names.filter(|(bit, _)| bits & (1 << bit) != 0);
+                present.map(|(_, name)| *name).collect()
+            })
+            .collect()
+    });
+    &LISTS[(bits & ((1 << PERM_COUNT) - 1)) as usize]
+}
+
+/// The permission bit named `name`.
+pub fn permission_bit(name: &str) -> Option<u32> {
+    let bit = PERMISSION_NAMES.iter().position(|known| *known == name)?;
+    Some(1 << bit)
 }
 
 /// The kernel action of a rule: what it does, given the policy's violation flags.
@@ -780,6 +813,18 @@ mod tests {
     fn decide(policy: &CompiledPolicy, path: &str, perms: u32) -> (u32, u32) {
         let verdict = policy.decide_path(path, perms);
         (verdict.action, verdict.rule_id)
+    }
+
+    #[test]
+    fn permissions_are_named_by_their_bits_and_back() {
+        assert_eq!(permission_names(PERM_READ | PERM_EXEC), ["read", "exec"]);
+        assert!(permission_names(0).is_empty());
+        assert_eq!(permission_names(!0), PERMISSION_NAMES);
+        for (bit, name) in PERMISSION_NAMES.iter().enumerate() {
+            assert_eq!(permission_bit(name), Some(1 << bit));
+            assert_eq!(permission_names(1 << bit), [*name]);
+        }
+        assert_eq!(permission_bit("delete"), None);
     }
 
     #[test]

@@ -10,7 +10,10 @@ mod replay;
 use std::path::Path;
 
 pub use catalog::{CAPABILITIES, Environment};
-pub use compile::{CompiledPolicy, Decider, NetworkEntry, RuleInfo, TrieEntry, compile};
+pub use compile::{
+    CompiledPolicy, Decider, NetworkEntry, PERMISSION_NAMES, RuleInfo, TrieEntry, compile,
+    permission_bit, permission_names,
+};
 pub use effect::AddressBlock;
 pub use model::{Metadata, Policy};
 pub use palisade_crds::{

@@ -4,8 +4,9 @@
 
 use std::net::IpAddr;
 
-use palisade_common::{PERM_APPEND, PERM_CONNECT, PERM_EXEC, PERM_READ, PERM_WRITE, Verdict};
+use palisade_common::Verdict;
 
+use super::permission_bit;
 use super::{CompiledPolicy, catalog, effect::AddressBlock};
 
 /// The decision `policy` makes on `event` (a line of the agent's JSON output); None when the
@@ -30,14 +31,7 @@ pub fn decide_event(policy: &CompiledPolicy, event: &serde_json::Value) -> Optio
             let perms = event["permissions"]
                 .as_array()?
                 .iter()
-                .filter_map(|permission| match permission.as_str()? {
-                    "read" => Some(PERM_READ),
-                    "write" => Some(PERM_WRITE),
-                    "append" => Some(PERM_APPEND),
-                    "exec" => Some(PERM_EXEC),
-                    "connect" => Some(PERM_CONNECT),
-                    _ => None,
-                })
+                .filter_map(|permission| permission_bit(permission.as_str()?))
                 .fold(0, |perms, perm| perms | perm);
             Some(policy.decide_path(text("path")?, perms))
         }
