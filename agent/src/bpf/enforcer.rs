@@ -80,10 +80,7 @@ impl InstalledPolicy {
         let index = match rule_id {
             RULE_SELF_PROTECTION => rules,
             RULE_PATH_OUTSIDE_MOUNT => rules + 1,
-            _ => usize::try_from(rule_id)
-                .ok()?
-                .checked_sub(1)
-                .filter(|&index| index < rules)?,
+            _ => self.policy.rule_index(rule_id)?,
         };
         self.rule_names.get(index)
     }

@@ -82,8 +82,13 @@ pub struct NetworkEntry {
 
 impl CompiledPolicy {
     pub fn rule_name(&self, rule_id: u32) -> Option<&str> {
+        Some(self.rules[self.rule_index(rule_id)?].name.as_str())
+    }
+
+    /// Where rule `rule_id` is in `rules` (ids count from 1).
+    pub fn rule_index(&self, rule_id: u32) -> Option<usize> {
         let index = usize::try_from(rule_id).ok()?.checked_sub(1)?;
-        self.rules.get(index).map(|rule| rule.name.as_str())
+        (index < self.rules.len()).then_some(index)
     }
 
     /// What the kernel decides for `perms` on `path`: the lookups of
