@@ -136,15 +136,7 @@ pub fn check_fixtures<R: Rule>(dir: impl AsRef<Path>) {
                 |config| crate::compile_json::<R>(config, &context()),
                 |config, event| {
                     let event = JsonEvent::new(event.clone());
-                    // As the agent passes it.
-                    let event = crate::Event {
-                        json: if R::READS_JSON {
-                            event.event().json
-                        } else {
-                            ""
-                        },
-                        ..event.event()
-                    };
+                    let event = crate::wire::as_passed(event.event(), R::READS_JSON);
                     Ok(crate::decide_json::<R>(config, &[event]))
                 },
             )?;

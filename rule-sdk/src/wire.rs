@@ -35,6 +35,15 @@ fn get(text: &str, start: u32, len: u32) -> Option<&str> {
         .and_then(|end| text.get(start..end))
 }
 
+/// `event` as the agent passes it to a module: with its JSON only if the module reads it
+/// (`Rule::READS_JSON`), "" otherwise.
+pub fn as_passed(event: Event<'_>, reads_json: bool) -> Event<'_> {
+    Event {
+        json: if reads_json { event.json } else { "" },
+        ..event
+    }
+}
+
 /// The bytes of text that `push_event` appends for `event`.
 pub fn text_len(event: &Event<'_>) -> usize {
     fields(event).iter().map(|field| field.len()).sum()
@@ -208,6 +217,8 @@ mod tests {
             path: "/etc/shadow",
             ..event
         };
+        assert_eq!(as_passed(event, true), event);
+        assert_eq!(as_passed(event, false), Event { json: "", ..event });
         let (mut text, mut words) = (String::new(), Vec::new());
         for event in [&event, &other] {
             push_event(&mut text, &mut words, event);

@@ -506,10 +506,7 @@ impl LoadedModule {
 /// A batch as a component's `decide` takes it: the events' strings one after another in one
 /// text, and their numbers and spans of the text in words; their JSON only if `json`.
 fn pack(events: &[Event<'_>], json: bool) -> (String, Vec<u32>) {
-    let events = events.iter().map(|event| Event {
-        json: if json { event.json } else { "" },
-        ..*event
-    });
+    let events = events.iter().map(|&event| wire::as_passed(event, json));
     let mut text = String::with_capacity(events.clone().map(|event| wire::text_len(&event)).sum());
     let mut words = Vec::with_capacity(events.len() * wire::EVENT_WORDS);
     for event in events {
