@@ -341,6 +341,23 @@ fn a_misbehaving_module_is_stopped_within_its_budget_and_the_host_goes_on() {
 }
 
 #[test]
+fn a_module_is_stopped_within_its_budget_after_the_host_was_idle() {
+    let host = RuleHost::new(None).unwrap();
+    let (path, digest) = module("tests/rules/misbehaving");
+    let loaded = host.load(&path, &digest).unwrap();
+    let mut instance = loaded.instantiate().unwrap();
+    // Long enough without a call for the epoch to stand still: the next call starts it again.
+    std::thread::sleep(Duration::from_millis(1500));
+    let started = Instant::now();
+    let err = instance
+        .decide(r#"{"decide": "loop"}"#, &[denied_read()])
+        .unwrap_err();
+    assert_eq!(err.kind(), Some(FailureKind::Timeout), "{err}");
+    // The budget is 200 ms; an epoch that stood still until its next check would take 1 s.
+    assert!(started.elapsed() < Duration::from_millis(900));
+}
+
+#[test]
 fn a_kept_instance_decides_again_and_again_within_one_memory_limit() {
     let host = RuleHost::new(None).unwrap();
     let (path, digest) = module("tests/rules/misbehaving");

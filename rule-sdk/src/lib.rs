@@ -102,12 +102,52 @@ pub fn compile_json<R: Rule>(config: &str, context: &Context) -> Result<Vec<Entr
 /// Runs `R::decide` on each event, as the agent calls it. A configuration `compile` accepted
 /// always parses; should it not, every event goes on unchanged.
 pub fn decide_json<R: Rule>(config: &str, events: &[Event<'_>]) -> Vec<Verdict> {
-    match parse_config::<R>(config) {
-        Ok(config) => events
-            .iter()
-            .map(|event| R::decide(&config, event))
-            .collect(),
-        Err(_) => events.iter().map(|_| Verdict::keep()).collect(),
+    let mut verdicts = Vec::with_capacity(events.len());
+    Configured::<R>::default().decide(config, events.iter().copied(), |verdict| {
+        verdicts.push(verdict)
+    });
+    verdicts
+}
+
+/// The configuration of the last `decide` call, parsed: the agent calls an instance with one
+/// configuration, batch after batch, and parsing it costs more than deciding a few events.
+#[doc(hidden)]
+pub struct Configured<R: Rule> {
+    /// The text and what it parsed to (None: it did not).
+    last: Option<(String, Option<R::Config>)>,
+}
+
+impl<R: Rule> Default for Configured<R> {
+    fn default() -> Self {
+        Self { last: None }
+    }
+}
+
+impl<R: Rule> Configured<R> {
+    /// Runs `R::decide` on each event, handing each verdict to `verdict` as it is made.
+    pub fn decide<'e>(
+        &mut self,
+        config: &str,
+        events: impl IntoIterator<Item = Event<'e>>,
+        mut verdict: impl FnMut(Verdict),
+    ) {
+        if self.last.as_ref().is_none_or(|(text, _)| text != config) {
+            self.last = Some((config.to_owned(), parse_config::<R>(config).ok()));
+        }
+        let config = self.last.as_ref().and_then(|(_, config)| config.as_ref());
+        for event in events {
+            verdict(config.map_or_else(Verdict::keep, |config| R::decide(config, &event)));
+        }
+    }
+
+    /// `decide` on a batch as it crosses the ABI, the verdicts packed as they are made: each is
+    /// dropped before the next event's, so the module's allocator reuses its memory at once.
+    pub fn decide_packed(&mut self, config: &str, text: &str, events: &[u32]) -> wire::Packed {
+        let mut packed = wire::Packed::with_capacity(events.len() / wire::EVENT_WORDS);
+        self.decide(config, wire::events(text, events), |verdict| {
+            packed.push(&verdict)
+        });
+        packed
     }
 }
 
@@ -135,10 +175,13 @@ macro_rules! rule {
                 text: ::std::string::String,
                 events: ::std::vec::Vec<u32>,
             ) -> $crate::bindings::Verdicts {
-                let events: ::std::vec::Vec<$crate::Event<'_>> =
-                    $crate::wire::events(&text, &events).collect();
-                let verdicts = $crate::decide_json::<$rule>(&config, &events);
-                let packed = $crate::wire::pack(&verdicts);
+                ::std::thread_local! {
+                    static CONFIGURED: ::std::cell::RefCell<$crate::Configured<$rule>> =
+                        ::std::cell::RefCell::default();
+                }
+                let packed = CONFIGURED.with_borrow_mut(|configured| {
+                    configured.decide_packed(&config, &text, &events)
+                });
                 $crate::bindings::Verdicts {
                     verdicts: packed.verdicts,
                     text: packed.text,
@@ -393,5 +436,55 @@ impl NamedRule {
             } => Action::Audit,
             _ => Action::Deny,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Tagging;
+
+    #[derive(serde::Deserialize)]
+    struct Config {
+        tag: String,
+    }
+
+    impl Rule for Tagging {
+        type Config = Config;
+
+        fn compile(_: Config, _: &Context) -> Result<Vec<Entry>, String> {
+            Ok(Vec::new())
+        }
+
+        fn decide(config: &Config, _: &Event<'_>) -> Verdict {
+            Verdict::keep().tag(config.tag.clone())
+        }
+    }
+
+    #[test]
+    fn a_configuration_is_parsed_again_when_it_changes() {
+        let event = Event {
+            hook: "file_open",
+            action: "deny",
+            policy: "app",
+            rule: "app/rule",
+            pid: 1,
+            uid: 0,
+            comm: "cat",
+            path: "/etc/shadow",
+            json: "",
+        };
+        let mut configured = Configured::<Tagging>::default();
+        let mut tags = |config: &str| {
+            let mut tags = Vec::new();
+            configured.decide(config, [event], |verdict| tags = verdict.tags);
+            tags
+        };
+        assert_eq!(tags(r#"{"tag": "a"}"#), ["a"]);
+        assert_eq!(tags(r#"{"tag": "a"}"#), ["a"]);
+        assert_eq!(tags(r#"{"tag": "b"}"#), ["b"]);
+        assert!(tags("not JSON").is_empty());
+        assert_eq!(tags(r#"{"tag": "a"}"#), ["a"]);
     }
 }

@@ -2,6 +2,8 @@
 //! (the layout is `decide`'s, in wit/rule.wit): numbers in lists of 32-bit words, strings
 //! appended to one text and named by spans of it (where they start, and their length).
 
+use std::borrow::Cow;
+
 use crate::{Event, Severity, Verdict};
 
 /// Words an event takes in `decide`'s `events`.
@@ -28,6 +30,8 @@ fn append(text: &mut String, words: &mut Vec<u32>, field: &str) {
 
 /// The string of the span `start`, `len` of `text`; None if it is not all in it, or does not
 /// begin and end between characters.
+// Inline: `events`, which calls it for every field, is compiled in the module's crate.
+#[inline]
 fn get(text: &str, start: u32, len: u32) -> Option<&str> {
     let start = start as usize;
     start
@@ -97,41 +101,34 @@ pub struct Packed {
     pub annotations: Vec<u32>,
 }
 
-pub fn pack(verdicts: &[Verdict]) -> Packed {
-    // Sized once: growing them would copy what they hold (and a module's allocator is slow).
-    let count = |of: fn(&Verdict) -> usize| verdicts.iter().map(of).sum::<usize>();
-    let text = count(|verdict| {
-        let tags = verdict.tags.iter().map(|tag| tag.len()).sum::<usize>();
-        let annotations = verdict.annotations.iter();
-        tags + annotations
-            .map(|(key, value)| key.len() + value.len())
-            .sum::<usize>()
-    });
-    let mut packed = Packed {
-        verdicts: Vec::with_capacity(verdicts.len() * VERDICT_WORDS),
-        text: String::with_capacity(text),
-        tags: Vec::with_capacity(2 * count(|verdict| verdict.tags.len())),
-        annotations: Vec::with_capacity(4 * count(|verdict| verdict.annotations.len())),
-    };
-    for verdict in verdicts {
+impl Packed {
+    /// Room for the words of `verdicts` verdicts; their text grows as it comes.
+    pub fn with_capacity(verdicts: usize) -> Self {
+        Self {
+            verdicts: Vec::with_capacity(verdicts * VERDICT_WORDS),
+            ..Self::default()
+        }
+    }
+
+    /// Appends the next event's verdict.
+    pub fn push(&mut self, verdict: &Verdict) {
         let severity = verdict.severity.map_or(0, |severity| severity as u32 + 1);
         let flags = (u32::from(verdict.keep) * KEEP)
             | (u32::from(verdict.kill) * KILL)
             | (severity << SEVERITY_SHIFT);
-        packed.verdicts.extend([
+        self.verdicts.extend([
             flags,
             verdict.tags.len() as u32,
             verdict.annotations.len() as u32,
         ]);
         for tag in &verdict.tags {
-            append(&mut packed.text, &mut packed.tags, tag);
+            append(&mut self.text, &mut self.tags, tag);
         }
         for (key, value) in &verdict.annotations {
-            append(&mut packed.text, &mut packed.annotations, key);
-            append(&mut packed.text, &mut packed.annotations, value);
+            append(&mut self.text, &mut self.annotations, key);
+            append(&mut self.text, &mut self.annotations, value);
         }
     }
-    packed
 }
 
 /// The verdicts `packed` holds; an error saying what does not fit if its spans, counts or
@@ -146,51 +143,55 @@ pub fn unpack(packed: &Packed) -> Result<Vec<Verdict>, String> {
     if verdicts.len() % VERDICT_WORDS != 0 || tags.len() % 2 != 0 || annotations.len() % 4 != 0 {
         return Err("lists of a length their items do not fill".to_owned());
     }
-    let field = |span: &[u32]| {
-        get(text, span[0], span[1])
+    // The string of the span at `spans[at..]`.
+    let field = |spans: &[u32], at: usize| -> Result<Cow<'static, str>, String> {
+        get(text, spans[at], spans[at + 1])
             .map(|field| field.to_owned().into())
             .ok_or_else(|| "a span outside their text".to_owned())
     };
-    let mut tags = tags.chunks_exact(2);
-    let mut annotations = annotations.chunks_exact(4);
-    let unpacked = verdicts
-        .chunks_exact(VERDICT_WORDS)
-        .map(|verdict| {
-            let [flags, tag_count, annotation_count] = [verdict[0], verdict[1], verdict[2]];
-            if flags & !(KEEP | KILL | 0xff << SEVERITY_SHIFT) != 0 {
-                return Err(format!("unknown flags {flags:#x}"));
-            }
-            let severity = match (flags >> SEVERITY_SHIFT) as usize {
-                0 => None,
-                number => Some(
-                    *SEVERITIES
-                        .get(number - 1)
-                        .ok_or_else(|| format!("unknown severity {number}"))?,
-                ),
-            };
-            let tags = tags
-                .by_ref()
-                .take(tag_count as usize)
-                .map(field)
-                .collect::<Result<Vec<_>, _>>()?;
-            let annotations = annotations
-                .by_ref()
-                .take(annotation_count as usize)
-                .map(|annotation| Ok((field(&annotation[..2])?, field(&annotation[2..])?)))
-                .collect::<Result<Vec<_>, String>>()?;
-            if tags.len() != tag_count as usize || annotations.len() != annotation_count as usize {
-                return Err("more tags or annotations counted than listed".to_owned());
-            }
-            Ok(Verdict {
-                keep: flags & KEEP != 0,
-                severity,
-                tags,
-                annotations,
-                kill: flags & KILL != 0,
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if tags.next().is_some() || annotations.next().is_some() {
+    // Words of `tags` and `annotations` read so far.
+    let (mut tag_at, mut annotation_at) = (0, 0);
+    let mut unpacked = Vec::with_capacity(verdicts.len() / VERDICT_WORDS);
+    for verdict in verdicts.chunks_exact(VERDICT_WORDS) {
+        let [flags, tag_count, annotation_count] = [verdict[0], verdict[1], verdict[2]];
+        if flags & !(KEEP | KILL | 0xff << SEVERITY_SHIFT) != 0 {
+            return Err(format!("unknown flags {flags:#x}"));
+        }
+        let severity = match (flags >> SEVERITY_SHIFT) as usize {
+            0 => None,
+            number => Some(
+                *SEVERITIES
+                    .get(number - 1)
+                    .ok_or_else(|| format!("unknown severity {number}"))?,
+            ),
+        };
+        let (tag_count, annotation_count) = (tag_count as usize, annotation_count as usize);
+        if tag_count > (tags.len() - tag_at) / 2
+            || annotation_count > (annotations.len() - annotation_at) / 4
+        {
+            return Err("more tags or annotations counted than listed".to_owned());
+        }
+        let mut verdict = Verdict {
+            keep: flags & KEEP != 0,
+            severity,
+            tags: Vec::with_capacity(tag_count),
+            annotations: Vec::with_capacity(annotation_count),
+            kill: flags & KILL != 0,
+        };
+        for _ in 0..tag_count {
+            verdict.tags.push(field(tags, tag_at)?);
+            tag_at += 2;
+        }
+        for _ in 0..annotation_count {
+            let key = field(annotations, annotation_at)?;
+            verdict
+                .annotations
+                .push((key, field(annotations, annotation_at + 2)?));
+            annotation_at += 4;
+        }
+        unpacked.push(verdict);
+    }
+    if tag_at < tags.len() || annotation_at < annotations.len() {
         return Err("tags or annotations no verdict counts".to_owned());
     }
     Ok(unpacked)
@@ -231,6 +232,14 @@ mod tests {
         words[14] = 1;
         let read: Vec<_> = events("/srv/secrets/tökén", &words).collect();
         assert_eq!((read[0].hook, read[0].action, read[0].pid), ("", "", 1));
+    }
+
+    fn pack(verdicts: &[Verdict]) -> Packed {
+        let mut packed = Packed::with_capacity(verdicts.len());
+        for verdict in verdicts {
+            packed.push(verdict);
+        }
+        packed
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::{
 
 use tracing::warn;
 
-use super::{AuditEvent, ModuleFailure};
+use super::{Added, AuditEvent, ModuleFailure};
 use crate::{
     bpf::InstalledPolicy,
     metrics::RuleModuleMetrics,
@@ -73,6 +73,41 @@ impl VerdictCounts {
             self.keep += 1;
         } else {
             self.drop += 1;
+        }
+    }
+}
+
+impl Added {
+    /// What one module's verdict adds: its severity if higher, its tags after those already
+    /// there, its annotations (a key given again, by this module or another, takes the later
+    /// value).
+    fn add(&mut self, verdict: Verdict) {
+        if let Some(severity) = verdict.severity {
+            let rank = severity as usize;
+            let current = self
+                .severity
+                .and_then(|name| SEVERITIES.iter().position(|known| *known == name));
+            if current.is_none_or(|current| current < rank) {
+                self.severity = Some(SEVERITIES[rank]);
+            }
+        }
+        let tags = verdict.tags.into_iter().map(Cow::into_owned);
+        if self.tags.is_empty() {
+            // The verdict's list, its strings taken as they are: no copy.
+            self.tags = tags.collect();
+        } else {
+            self.tags.extend(tags);
+        }
+        for (key, value) in verdict.annotations {
+            match self
+                .annotations
+                .binary_search_by(|(known, _)| known.as_str().cmp(&key))
+            {
+                Ok(at) => self.annotations[at].1 = value.into_owned(),
+                Err(at) => self
+                    .annotations
+                    .insert(at, (key.into_owned(), value.into_owned())),
+            }
         }
     }
 }
@@ -260,25 +295,9 @@ impl Deciding {
     }
 
     fn apply_verdict(&self, event: &mut AuditEvent, verdict: Verdict) {
-        if let Some(severity) = verdict.severity {
-            // The highest severity any module gave.
-            let rank = severity as usize;
-            let current = event
-                .added
-                .severity
-                .and_then(|name| SEVERITIES.iter().position(|known| *known == name));
-            if current.is_none_or(|current| current < rank) {
-                event.added.severity = Some(SEVERITIES[rank]);
-            }
-        }
-        let owned = Cow::into_owned;
-        event.added.tags.extend(verdict.tags.into_iter().map(owned));
-        let annotations = verdict.annotations.into_iter();
-        event
-            .added
-            .annotations
-            .extend(annotations.map(|(key, value)| (owned(key), owned(value))));
-        if verdict.kill && !event.added.killed {
+        let kill = verdict.kill;
+        event.added.add(verdict);
+        if kill && !event.added.killed {
             event.added.killed = self.kill(event);
         }
     }
@@ -316,5 +335,50 @@ impl Deciding {
             );
         }
         killed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::Severity;
+
+    #[test]
+    fn verdicts_add_the_highest_severity_every_tag_and_the_last_value_of_each_annotation() {
+        let mut added = Added::default();
+        added.add(
+            Verdict::keep()
+                .severity(Severity::High)
+                .tag("b")
+                .annotate("zone", "1")
+                .annotate("attempt", "cat"),
+        );
+        added.add(
+            Verdict::keep()
+                .severity(Severity::Low)
+                .tag("a")
+                .annotate("attempt", "cat again")
+                .annotate("module", "second"),
+        );
+        added.add(Verdict::keep().severity(Severity::Critical));
+        let pairs = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|&(key, value)| (key.to_owned(), value.to_owned()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            added,
+            Added {
+                severity: Some("critical"),
+                tags: vec!["b".to_owned(), "a".to_owned()],
+                annotations: pairs(&[
+                    ("attempt", "cat again"),
+                    ("module", "second"),
+                    ("zone", "1")
+                ]),
+                killed: false,
+            }
+        );
     }
 }

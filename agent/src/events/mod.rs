@@ -18,7 +18,6 @@ pub use sink::{JsonLines, RotatingFile, Rotation, Sink};
 pub use worker::EventWorker;
 
 use std::{
-    collections::BTreeMap,
     net::Ipv6Addr,
     sync::{Arc, OnceLock},
     time::{Duration, SystemTime},
@@ -106,8 +105,9 @@ pub struct Added {
     pub severity: Option<&'static str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
+    /// By key, each key once: written as one JSON object.
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "as_map")]
+    pub annotations: Vec<(String, String)>,
     /// A rule module had the process killed.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub killed: bool,
@@ -151,6 +151,13 @@ pub struct SocketInfo {
     pub address: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<u32>,
+}
+
+fn as_map<S: serde::Serializer>(
+    pairs: &[(String, String)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(pairs.iter().map(|(key, value)| (key, value)))
 }
 
 fn is_zero(count: &u32) -> bool {

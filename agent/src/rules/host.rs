@@ -5,7 +5,7 @@ use std::{
     collections::HashMap,
     hash::{Hash, Hasher},
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::{Arc, Condvar, Mutex},
     time::Duration,
 };
 
@@ -43,7 +43,7 @@ pub const ABI_VERSION: &str = "0.3.0";
 
 /// Memory one instance may grow to.
 const MEMORY_LIMIT: usize = 64 << 20;
-/// The unit of time budgets: how often the engine's epoch advances.
+/// The unit of time budgets: how often the engine's epoch advances while a module runs.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// Time one `compile` call may take.
 const COMPILE_BUDGET: Duration = Duration::from_secs(2);
@@ -125,6 +125,84 @@ impl ModuleError {
 
 pub(super) struct State {
     limits: StoreLimits,
+    epoch: Arc<Epoch>,
+}
+
+/// The engine's epoch advances every `EPOCH_TICK`, and stops after `PARK_AFTER` without a call
+/// into a module until the next one: an idle agent is not woken 200 times a second, and a busy
+/// one starts its calls without a system call.
+#[derive(Default)]
+struct Epoch {
+    calls: Mutex<Calls>,
+    unparked: Condvar,
+}
+
+#[derive(Default)]
+struct Calls {
+    running: usize,
+    /// The epoch stands still until a call starts.
+    parked: bool,
+}
+
+/// A call running: counted until it is dropped.
+struct Ticking(Arc<Epoch>);
+
+const PARK_AFTER: Duration = Duration::from_secs(1);
+
+impl Epoch {
+    fn calls(&self) -> std::sync::MutexGuard<'_, Calls> {
+        self.calls
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    fn start(self: &Arc<Self>) -> Ticking {
+        let mut calls = self.calls();
+        calls.running += 1;
+        if calls.parked {
+            calls.parked = false;
+            self.unparked.notify_one();
+        }
+        Ticking(self.clone())
+    }
+
+    /// Advances `engine`'s epoch, parked while no call runs, until the engine is dropped.
+    fn tick(&self, engine: wasmtime::EngineWeak) {
+        let park_after = PARK_AFTER.as_millis() / EPOCH_TICK.as_millis();
+        let mut idle = 0;
+        loop {
+            std::thread::sleep(EPOCH_TICK);
+            let Some(strong) = engine.upgrade() else {
+                return;
+            };
+            strong.increment_epoch();
+            drop(strong);
+            let mut calls = self.calls();
+            idle = if calls.running == 0 { idle + 1 } else { 0 };
+            if idle < park_after {
+                continue;
+            }
+            calls.parked = true;
+            while calls.parked {
+                // Woken now and then, to notice that the engine is gone.
+                if engine.upgrade().is_none() {
+                    return;
+                }
+                calls = self
+                    .unparked
+                    .wait_timeout(calls, Duration::from_secs(1))
+                    .unwrap_or_else(|poison| poison.into_inner())
+                    .0;
+            }
+            idle = 0;
+        }
+    }
+}
+
+impl Drop for Ticking {
+    fn drop(&mut self) {
+        self.0.calls().running -= 1;
+    }
 }
 
 /// Loads rule modules and runs them.
@@ -132,6 +210,7 @@ pub(super) struct State {
 pub struct RuleHost {
     engine: Engine,
     linker: Arc<Linker<State>>,
+    epoch: Arc<Epoch>,
     /// Where compiled modules are kept between runs (a directory only root may write).
     cache_dir: Option<PathBuf>,
     loaded: Arc<Mutex<HashMap<String, Arc<LoadedModule>>>>,
@@ -142,6 +221,7 @@ pub struct LoadedModule {
     /// SHA-256 of the module's bytes, in hex.
     pub digest: String,
     engine: Engine,
+    epoch: Arc<Epoch>,
     kind: Kind,
 }
 
@@ -184,20 +264,16 @@ impl RuleHost {
         config.max_wasm_stack(512 << 10);
         let engine =
             Engine::new(&config).map_err(|err| ModuleError::Runtime(format!("{err:#}")))?;
-        let weak = engine.weak();
+        let epoch = Arc::new(Epoch::default());
+        let (ticking, weak) = (epoch.clone(), engine.weak());
         std::thread::Builder::new()
             .name("wasm-epoch".to_owned())
-            .spawn(move || {
-                while let Some(engine) = weak.upgrade() {
-                    engine.increment_epoch();
-                    drop(engine);
-                    std::thread::sleep(EPOCH_TICK);
-                }
-            })
+            .spawn(move || ticking.tick(weak))
             .map_err(|err| ModuleError::Runtime(err.to_string()))?;
         Ok(Self {
             linker: Arc::new(Linker::new(&engine)),
             engine,
+            epoch,
             cache_dir,
             loaded: Arc::default(),
         })
@@ -251,8 +327,8 @@ impl RuleHost {
         let kind = match artifact {
             Artifact::Rego(module) => {
                 // The budget starts once compiled: compiling is not the module's doing.
-                let mut store = store(&self.engine);
-                set_budget(&mut store, COMPILE_BUDGET);
+                let mut store = store(&self.engine, &self.epoch);
+                let _ticking = set_budget(&mut store, COMPILE_BUDGET);
                 Kind::Rego(OpaModule::load(module, &mut store).map_err(abi)?)
             }
             Artifact::Component(component) => {
@@ -265,6 +341,7 @@ impl RuleHost {
             kind,
             digest: digest.clone(),
             engine: self.engine.clone(),
+            epoch: self.epoch.clone(),
         });
         self.lock().insert(digest, module.clone());
         Ok(module)
@@ -433,7 +510,7 @@ impl RuleHost {
 }
 
 /// A store for one instance, with its memory limit.
-fn store(engine: &Engine) -> Store<State> {
+fn store(engine: &Engine, epoch: &Arc<Epoch>) -> Store<State> {
     let mut store = Store::new(
         engine,
         State {
@@ -441,6 +518,7 @@ fn store(engine: &Engine) -> Store<State> {
                 .memory_size(MEMORY_LIMIT)
                 .trap_on_grow_failure(true)
                 .build(),
+            epoch: epoch.clone(),
         },
     );
     store.limiter(|state| &mut state.limits);
@@ -448,10 +526,12 @@ fn store(engine: &Engine) -> Store<State> {
     store
 }
 
-/// Gives the next call `budget` from now.
-fn set_budget(store: &mut Store<State>, budget: Duration) {
+/// Gives the next call `budget` from now, which runs out while the returned guard lives.
+#[must_use]
+fn set_budget(store: &mut Store<State>, budget: Duration) -> Ticking {
     let ticks = budget.as_millis() / EPOCH_TICK.as_millis();
     store.set_epoch_deadline(ticks.max(1) as u64);
+    store.data().epoch.start()
 }
 
 /// An instance of a module, for calls one after another. It may be kept for the `decide` calls
@@ -476,9 +556,9 @@ enum Running {
 impl LoadedModule {
     /// A fresh instance.
     pub fn instantiate(&self) -> Result<ModuleInstance, ModuleError> {
-        let mut store = store(&self.engine);
+        let mut store = store(&self.engine, &self.epoch);
         // Starting an instance runs module code too (a Rego policy sets up its data).
-        set_budget(&mut store, DECIDE_BUDGET);
+        let _ticking = set_budget(&mut store, DECIDE_BUDGET);
         let running = match &self.kind {
             Kind::Component(pre) => pre.instantiate(&mut store).and_then(|rule| {
                 let reads_json = rule.call_reads_json(&mut store)?;
@@ -527,7 +607,7 @@ impl ModuleInstance {
 
     /// The kernel rules the module makes of `config` (JSON).
     pub fn compile(&mut self, config: &str, context: &Context) -> Result<Vec<Entry>, ModuleError> {
-        set_budget(&mut self.store, COMPILE_BUDGET);
+        let _ticking = set_budget(&mut self.store, COMPILE_BUDGET);
         let store = &mut self.store;
         match &self.running {
             Running::Component { rule, .. } => rule.call_compile(store, config, context),
@@ -544,7 +624,7 @@ impl ModuleInstance {
         config: &str,
         events: &[Event<'_>],
     ) -> Result<Vec<Verdict>, ModuleError> {
-        set_budget(&mut self.store, DECIDE_BUDGET);
+        let _ticking = set_budget(&mut self.store, DECIDE_BUDGET);
         let store = &mut self.store;
         let verdicts = match &self.running {
             Running::Component { rule, reads_json } => {

@@ -15,8 +15,8 @@ use super::{
     Settings, micro,
     states::{enhance_protect, file_rule, policy_file},
     system::{
-        Agent, Cgroups, POLICY_DIR, bench_command, clear_policies, in_cgroup, now_ns,
-        process_usage, wait_for, write_atomically,
+        Agent, Cgroups, POLICY_DIR, bench_command, clear_policies, in_cgroup, now_ns, wait_for,
+        write_atomically,
     },
 };
 
@@ -69,10 +69,10 @@ fn footprint(cgroups: &Cgroups, policies: usize, total: usize) -> anyhow::Result
     let started = now_ns();
     agent.apply(&files)?;
     let apply_seconds = (now_ns() - started) as f64 / 1e9;
-    let before = process_usage(agent.pid())?;
+    let before = agent.usage()?;
     let idle_started = now_ns();
     std::thread::sleep(Duration::from_secs(2));
-    let after = process_usage(agent.pid())?;
+    let after = agent.usage()?;
     let rss_bytes = after.rss_bytes;
     let idle_cpu =
         (after.cpu_seconds() - before.cpu_seconds()) / ((now_ns() - idle_started) as f64 / 1e9);
@@ -284,7 +284,7 @@ pub fn throughput(
         // The agent's CPU time is read after the first scrape and before the last: answering
         // them is not the pipeline's work.
         let before = counters(&agent)?;
-        let cpu_before = process_usage(agent.pid())?;
+        let cpu_before = agent.usage()?;
         let text = super::system::output(&mut bench_command(
             &cgroups.target,
             &[
@@ -307,7 +307,7 @@ pub fn throughput(
             attempts - refused
         );
         written_out()?;
-        let cpu_after = process_usage(agent.pid())?;
+        let cpu_after = agent.usage()?;
         let after = counters(&agent)?;
         run.throughput.push(ThroughputSample {
             offered_per_second: rate,

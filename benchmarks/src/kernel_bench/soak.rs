@@ -19,8 +19,7 @@ use super::{
     scaling::{drain, install_protect_files, protect_files_policy},
     states::{enhance_protect, policy_file},
     system::{
-        Agent, Cgroups, POLICY_DIR, bench_command, clear_policies, now_ns, output, process_usage,
-        write_atomically,
+        Agent, Cgroups, POLICY_DIR, bench_command, clear_policies, now_ns, output, write_atomically,
     },
 };
 
@@ -115,7 +114,7 @@ pub fn soak(minutes: u64, cgroups: &Cgroups) -> anyhow::Result<Vec<SoakSample>> 
         let count = |name: &str| scrape.sum(name) as u64;
         let sample = SoakSample {
             minute,
-            rss_bytes: process_usage(agent.pid())?.rss_bytes,
+            rss_bytes: agent.usage()?.rss_bytes,
             map_bytes: count("palisade_bpf_map_memory_bytes"),
             produced,
             written: count("palisade_events_written_total"),

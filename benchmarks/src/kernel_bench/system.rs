@@ -154,17 +154,26 @@ pub fn wait_for(
     Ok(())
 }
 
-/// `palisade agent` on the policy directory, events to a file, no rate limit on audit events.
+/// `palisade agent` on the policy directory, events to a file, no rate limit on audit events;
+/// in a cgroup of its own, whose CPU time the kernel counts to the microsecond (a process's, in
+/// /proc, is counted in ticks of 10 ms: 10 million instructions under `-icount`).
 pub struct Agent {
     child: Child,
     log: PathBuf,
+    cgroup: Cgroup,
 }
 
 impl Agent {
     pub fn start(extra: &[&str]) -> anyhow::Result<Self> {
         std::fs::create_dir_all(POLICY_DIR)?;
         let log = PathBuf::from("/tmp/bench/agent.log");
-        let child = Command::new(palisade()?)
+        let hierarchy = Hierarchy::find()?;
+        let path = hierarchy.mount.join("palisade-agent");
+        std::fs::create_dir_all(&path)?;
+        let cgroup = hierarchy.open(&path.to_string_lossy())?;
+        let mut command = Command::new(palisade()?);
+        in_cgroup(&mut command, &cgroup);
+        let child = command
             .args(["agent", "--policy-dir", POLICY_DIR, "--bpffs", BPFFS])
             .args(["--events", EVENTS, "--audit-rate", "0"])
             .args(extra)
@@ -174,7 +183,7 @@ impl Agent {
             .stderr(std::fs::File::create(&log)?)
             .spawn()
             .context("starting the agent")?;
-        let mut agent = Self { child, log };
+        let mut agent = Self { child, log, cgroup };
         wait_for("the agent ready", Duration::from_secs(600), || {
             if let Some(status) = agent.child.try_wait()? {
                 bail!("the agent exited ({status}): {}", agent.log());
@@ -186,6 +195,29 @@ impl Agent {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    pub fn usage(&self) -> anyhow::Result<Usage> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
+        let rss_kb: u64 = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+            .context("no VmRSS")?;
+        // The split between user and kernel time is sampled at the tick; their sum is exact.
+        let stat = std::fs::read_to_string(self.cgroup.path.join("cpu.stat"))?;
+        let seconds = |key: &str| -> anyhow::Result<f64> {
+            let micros: u64 = stat
+                .lines()
+                .find_map(|line| line.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
+                .with_context(|| format!("no {key} in cpu.stat"))?;
+            Ok(micros as f64 / 1e6)
+        };
+        Ok(Usage {
+            rss_bytes: rss_kb * 1024,
+            user_seconds: seconds("user_usec")?,
+            system_seconds: seconds("system_usec")?,
+        })
     }
 
     pub fn log(&self) -> String {
@@ -254,11 +286,11 @@ pub fn clear_policies() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A process's resident memory and the CPU time it has used so far.
+/// The agent's resident memory and the CPU time it has used so far.
 pub struct Usage {
     pub rss_bytes: u64,
     pub user_seconds: f64,
-    /// In the kernel, on the process's behalf (system calls, faults).
+    /// In the kernel, on the agent's behalf (system calls, faults).
     pub system_seconds: f64,
 }
 
@@ -266,32 +298,6 @@ impl Usage {
     pub fn cpu_seconds(&self) -> f64 {
         self.user_seconds + self.system_seconds
     }
-}
-
-pub fn process_usage(pid: u32) -> anyhow::Result<Usage> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let rss_kb: u64 = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .context("no VmRSS")?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // Fields after the command (which may hold spaces): state is field 3, utime 14, stime 15.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .context("malformed stat")?
-        .1
-        .split_whitespace()
-        .collect();
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let seconds =
-        |field: &str| -> anyhow::Result<f64> { Ok(field.parse::<u64>()? as f64 / per_second) };
-    Ok(Usage {
-        rss_bytes: rss_kb * 1024,
-        user_seconds: seconds(fields[11])?,
-        system_seconds: seconds(fields[12])?,
-    })
 }
 
 /// The floor programs (ebpf/floor.bpf.c), attached while this lives.
