@@ -142,6 +142,7 @@ struct EnforcedPod {
     pod: String,
     policy: PolicyKey,
     generation: i64,
+    compiled: Arc<CompiledPolicy>,
     placement: Placement,
 }
 
@@ -155,7 +156,7 @@ enum Wanted {
         compiled: Arc<CompiledPolicy>,
         placement: Placement,
     },
-    /// What it has: its policy's new version was rejected.
+    /// What it has, where it is: its cgroup is not found.
     Keep,
 }
 
@@ -338,57 +339,75 @@ impl Reconciler {
                     policy.key.name.clone(),
                 )
             });
-            let Some((chosen, others)) = candidates.split_first() else {
+            let Some(chosen) = candidates.first() else {
                 continue;
             };
-            for other in others {
-                let report = reports
-                    .get_mut(&other.key)
-                    .expect("every policy has a report");
-                report.selected_pods += 1;
-                report.fail(format!(
-                    "pod {name} is protected by {} (one policy per pod)",
-                    chosen.key
-                ));
-            }
-            let report = reports
-                .get_mut(&chosen.key)
-                .expect("every policy has a report");
-            report.selected_pods += 1;
-            let compiled = match &self.compiled[&chosen.key].result {
-                Ok(compiled) => compiled.clone(),
+            let enforced = self.enforced.get(&uid);
+            // A pod never loses the protection it has to a policy that is rejected or to a
+            // cgroup not found (yet): it keeps its policy (moved to its cgroup once the kubelet
+            // makes it) until the chosen one is enforced. A pod that has none gets the first of
+            // its policies that compiled meanwhile.
+            let mut problem = None;
+            let installing = match &self.compiled[&chosen.key].result {
+                Ok(compiled) => Some((&chosen.key, chosen.generation, compiled)),
                 Err(_) => {
-                    let keeps = self
-                        .enforced
-                        .get(&uid)
-                        .is_some_and(|enforced| enforced.policy == chosen.key);
-                    if keeps {
-                        wanted.insert(uid, Wanted::Keep);
-                    } else {
-                        report.fail(format!("pod {name}: the policy is rejected"));
+                    problem = Some(format!("pod {name}: {} is rejected", chosen.key));
+                    match enforced {
+                        Some(enforced) => {
+                            Some((&enforced.policy, enforced.generation, &enforced.compiled))
+                        }
+                        None => candidates[1..].iter().find_map(|policy| {
+                            let compiled = self.compiled[&policy.key].result.as_ref().ok()?;
+                            Some((&policy.key, policy.generation, compiled))
+                        }),
                     }
-                    continue;
                 }
             };
-            let placement = pod_placement(&self.cgroups, driver, pod);
-            match placement {
-                Ok(placement) => {
-                    wanted.insert(
-                        uid,
-                        Wanted::Install {
-                            pod: name,
-                            policy: chosen.key.clone(),
-                            generation: chosen.generation,
-                            compiled,
-                            placement,
-                        },
-                    );
+            let mut protector = enforced.map(|enforced| enforced.policy.clone());
+            if let Some((policy, generation, compiled)) = installing {
+                match pod_placement(&self.cgroups, driver, pod) {
+                    Ok(placement) => {
+                        protector = Some(policy.clone());
+                        wanted.insert(
+                            uid.clone(),
+                            Wanted::Install {
+                                pod: name.clone(),
+                                policy: policy.clone(),
+                                generation,
+                                compiled: compiled.clone(),
+                                placement,
+                            },
+                        );
+                    }
+                    Err(reason) => {
+                        problem.get_or_insert(format!("pod {name} ({policy}): {reason}"));
+                    }
                 }
-                Err(reason) => {
-                    let error = format!("pod {name} ({}): {reason}", chosen.key);
-                    report.fail(error.clone());
-                    errors.insert(name, error);
+            }
+            if !wanted.contains_key(&uid) && enforced.is_some() {
+                wanted.insert(uid.clone(), Wanted::Keep);
+            }
+            for candidate in &candidates {
+                let report = reports
+                    .get_mut(&candidate.key)
+                    .expect("every policy has a report");
+                report.selected_pods += 1;
+                if protector.as_ref() == Some(&candidate.key) {
+                    continue; // Counted as enforced once it is.
                 }
+                report.fail(match (&problem, &protector) {
+                    (Some(problem), _) if candidate.key == chosen.key => problem.clone(),
+                    (_, Some(protector)) => {
+                        format!("pod {name} is protected by {protector} (one policy per pod)")
+                    }
+                    (Some(problem), None) => problem.clone(),
+                    (None, None) => {
+                        unreachable!("a pod its chosen policy does not protect has a problem")
+                    }
+                });
+            }
+            if let Some(problem) = problem {
+                errors.insert(name, problem);
             }
         }
         wanted
@@ -430,14 +449,15 @@ impl Reconciler {
                 placement,
             } = wanted
             else {
+                // Its policy may be gone: it stays until the pod's new one is enforced.
                 let enforced = &self.enforced[&uid];
-                reports
-                    .get_mut(&enforced.policy)
-                    .expect("a kept pod's policy has a report")
-                    .enforced_pods += 1;
+                if let Some(report) = reports.get_mut(&enforced.policy) {
+                    report.enforced_pods += 1;
+                }
                 continue;
             };
-            let report = reports.get_mut(&policy).expect("every policy has a report");
+            // A policy kept for a pod may be gone: it has no report.
+            let report = reports.get_mut(&policy);
             let up_to_date = self.enforced.get(&uid).is_some_and(|enforced| {
                 enforced.policy == policy
                     && enforced.generation == generation
@@ -445,9 +465,11 @@ impl Reconciler {
                     && placement.is_current(&self.cgroups)
             });
             if !up_to_date {
-                if let Err(err) = placement.install(enforcer, compiled) {
+                if let Err(err) = placement.install(enforcer, compiled.clone()) {
                     let error = format!("pod {pod} ({policy}): cannot install: {err}");
-                    report.fail(error.clone());
+                    if let Some(report) = report {
+                        report.fail(error.clone());
+                    }
                     errors.insert(pod, error);
                     continue;
                 }
@@ -458,6 +480,7 @@ impl Reconciler {
                         pod: pod.clone(),
                         policy,
                         generation,
+                        compiled,
                         placement: placement.clone(),
                     },
                 );
@@ -469,7 +492,9 @@ impl Reconciler {
                     warn!(pod = %pod, "removing the policy from {}: {err}", previous.placement.describe());
                 }
             }
-            report.enforced_pods += 1;
+            if let Some(report) = report {
+                report.enforced_pods += 1;
+            }
         }
     }
 }

@@ -7,7 +7,10 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -259,6 +262,9 @@ pub struct Agent {
     pub kernel: Arc<Mutex<FakeKernel>>,
     /// Which pod and container each cgroup is, as audit events will say.
     pub pods: PodRegistry,
+    /// Whether the last reconcile protected every selected pod: what lets the real agent retire
+    /// the kernel state of the agent before it.
+    all_enforced: Arc<AtomicBool>,
     task: JoinHandle<()>,
 }
 
@@ -293,20 +299,31 @@ impl Agent {
         .await
         .expect("the agent's reflectors start");
         cluster.reconcile(&mut *kernel.lock().unwrap());
-        let shared = kernel.clone();
+        let all_enforced = Arc::new(AtomicBool::new(cluster.all_enforced()));
+        let (shared, enforced) = (kernel.clone(), all_enforced.clone());
         let task = tokio::spawn(async move {
             loop {
                 let _ = tokio::time::timeout(Duration::from_millis(200), changed.recv()).await;
                 cluster.reconcile(&mut *shared.lock().unwrap());
+                enforced.store(cluster.all_enforced(), Ordering::Relaxed);
             }
         });
-        Self { kernel, pods, task }
+        Self {
+            kernel,
+            pods,
+            all_enforced,
+            task,
+        }
     }
 
     /// Stops the agent; its kernel stays as it was.
     pub fn stop(self) -> Arc<Mutex<FakeKernel>> {
         self.task.abort();
         self.kernel.clone()
+    }
+
+    pub fn all_enforced(&self) -> bool {
+        self.all_enforced.load(Ordering::Relaxed)
     }
 
     /// The policy enforced on cgroup `id`, if any.
