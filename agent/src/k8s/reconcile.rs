@@ -345,22 +345,16 @@ impl Reconciler {
             let enforced = self.enforced.get(&uid);
             // A pod never loses the protection it has to a policy that is rejected or to a
             // cgroup not found (yet): it keeps its policy (moved to its cgroup once the kubelet
-            // makes it) until the chosen one is enforced. A pod that has none gets the first of
-            // its policies that compiled meanwhile.
+            // makes it) until the chosen one is enforced. A pod this agent does not protect gets
+            // nothing instead of a rejected policy: after a restart, what the previous agent
+            // left in the kernel may protect it (and stays, since the pod counts as an error).
             let mut problem = None;
             let installing = match &self.compiled[&chosen.key].result {
                 Ok(compiled) => Some((&chosen.key, chosen.generation, compiled)),
                 Err(_) => {
                     problem = Some(format!("pod {name}: {} is rejected", chosen.key));
-                    match enforced {
-                        Some(enforced) => {
-                            Some((&enforced.policy, enforced.generation, &enforced.compiled))
-                        }
-                        None => candidates[1..].iter().find_map(|policy| {
-                            let compiled = self.compiled[&policy.key].result.as_ref().ok()?;
-                            Some((&policy.key, policy.generation, compiled))
-                        }),
-                    }
+                    enforced
+                        .map(|enforced| (&enforced.policy, enforced.generation, &enforced.compiled))
                 }
             };
             let mut protector = enforced.map(|enforced| enforced.policy.clone());

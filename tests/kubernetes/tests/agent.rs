@@ -193,7 +193,8 @@ async fn a_rejected_policy_never_releases_a_pod_from_the_policy_protecting_it() 
     eventually("the cluster policy", async || baseline(first_id).await).await;
 
     // The namespace's own policy wins selection, and is rejected: the pod keeps the cluster
-    // policy, a pod that comes meanwhile gets it, and the node does not count as enforced.
+    // policy and the node does not count as enforced. A pod that comes meanwhile gets nothing:
+    // after a restart, what the previous agent left for it must stay.
     apply_policy(&client, &rejected_web_policy("fail-closed")).await;
     let policies: Api<PalisadePolicy> = Api::namespaced(client.clone(), "fail-closed");
     eventually("web rejected", async || {
@@ -215,10 +216,13 @@ async fn a_rejected_policy_never_releases_a_pod_from_the_policy_protecting_it() 
     )
     .await;
     let second_id = node.id(&node.start(&second));
-    eventually("web-2 gets the cluster policy", async || {
-        baseline(second_id).await
+    eventually("web-2 reported", async || {
+        let status = policies.get_status("web").await.ok()?.status?;
+        let entry = status.nodes.iter().find(|entry| entry.node == node.name)?;
+        (entry.failed_pods == 2).then_some(())
     })
     .await;
+    assert!(agent.enforced(second_id).is_none());
     assert!(baseline(first_id).await.is_some(), "web-1 kept its policy");
 
     // Fixed, it replaces the cluster policy; a rejected new version leaves it in place.

@@ -226,3 +226,129 @@ async fn end_to_end() {
     )
     .unwrap();
 }
+
+#[test]
+fn a_broken_policy_never_releases_a_pod_even_across_a_restart() {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(fail_closed());
+}
+
+/// `policy` made unable to compile: its rule module is not there.
+fn broken(policy: &str) -> String {
+    let digest = "0".repeat(64);
+    format!(
+        "{policy}  ruleModules:\n    - {{name: absent, module: absent.wasm, sha256: \"{digest}\"}}\n"
+    )
+}
+
+/// Waits until this node has seen the current generation of policy `web` in `ns` and found it
+/// rejected.
+async fn rejected(policies: &Api<PalisadePolicy>) {
+    eventually("web rejected", async || {
+        let status = policies.get_status("web").await.ok()?.status?;
+        let generation = policies.get("web").await.ok()?.metadata.generation;
+        let ready = status
+            .conditions
+            .iter()
+            .find(|condition| condition.type_ == READY)?;
+        (status.observed_generation == generation && ready.reason == "Rejected").then_some(())
+    })
+    .await;
+}
+
+async fn fail_closed() {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let suffix = release.trim().replace(['.', '+', '_'], "-");
+    let ns = format!("fail-closed-{suffix}");
+    // A node of its own: the other test's agent watches the pods of its node only.
+    let node = Node::this_machine(&format!("vm-fail-closed-{suffix}"));
+    let client = admin().await;
+    namespace(&client, &ns, &[("tenant", &ns)]).await;
+    std::fs::create_dir_all(node.best_effort()).unwrap();
+    let web = start_pod(
+        &node,
+        &pod(&client, &ns, "web", &node.name, &[("app", "web")]).await,
+    );
+    let baseline_file = file("/tmp/fail-closed/baseline");
+    let own_file = file("/tmp/fail-closed/own");
+    apply_policy(
+        &client,
+        &format!(
+            "apiVersion: palisade.dev/v1alpha1\nkind: PalisadeClusterPolicy\nmetadata:\n  name: {ns}\nspec:\n  target:\n    selector: {{}}\n    namespaceSelector: {{matchLabels: {{tenant: {ns}}}}}\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    customRules:\n      files:\n        - name: secret\n          paths: [{baseline_file}]\n          permissions: [read]\n          action: deny\n"
+        ),
+    )
+    .await;
+    let bpffs = "/sys/fs/bpf/palisade-test-fail-closed";
+    let agent_config = binary("PALISADE_AGENT_KUBECONFIG");
+    let start = |name: &str| {
+        let agent = Agent::spawn(
+            name,
+            &[
+                "--kubernetes",
+                "--node-name",
+                &node.name,
+                "--bpffs",
+                bpffs,
+                "--cgroup-driver",
+                "systemd",
+                "--status-interval",
+                "1s",
+                "--rule-modules",
+                fresh_dir("/tmp/fail-closed/modules"),
+            ],
+            &[("KUBECONFIG", agent_config.to_str().unwrap())],
+        );
+        agent.wait_for_log("agent ready");
+        agent
+    };
+    let denied = async |cgroup: &Cgroup, path: &str| {
+        eventually("denied", async || {
+            (probe(Some(cgroup), &["read", path]) == EPERM).then_some(())
+        })
+        .await
+    };
+    let agent = start("fail-closed-agent");
+    denied(&web, baseline_file).await;
+
+    // The namespace's own policy wins selection and is broken: the pod keeps the cluster
+    // policy.
+    let policies: Api<PalisadePolicy> = Api::namespaced(client.clone(), &ns);
+    apply_policy(&client, &broken(&policy(&ns, own_file))).await;
+    rejected(&policies).await;
+    assert_eq!(probe(Some(&web), &["read", baseline_file]), EPERM, "kept");
+
+    // Fixed, it takes over, on a pod started since too.
+    apply_policy(&client, &policy(&ns, own_file)).await;
+    let late = start_pod(
+        &node,
+        &pod(&client, &ns, "web-late", &node.name, &[("app", "web")]).await,
+    );
+    denied(&web, own_file).await;
+    denied(&late, own_file).await;
+    assert_eq!(probe(Some(&web), &["read", baseline_file]), Answer::Ok);
+
+    // Killed, and broken again before the next agent starts: that agent cannot enforce the
+    // policy, so it keeps what the killed one left in the kernel.
+    agent.stop(libc::SIGKILL);
+    apply_policy(&client, &broken(&policy(&ns, own_file))).await;
+    let agent = start("fail-closed-agent-2");
+    rejected(&policies).await;
+    for pod in [&web, &late] {
+        assert_eq!(
+            probe(Some(pod), &["read", own_file]),
+            EPERM,
+            "the previous agent's entries were retired: {}",
+            agent.log()
+        );
+    }
+
+    // Fixed again: enforced by the new agent.
+    apply_policy(&client, &policy(&ns, baseline_file)).await;
+    denied(&web, baseline_file).await;
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
+}
