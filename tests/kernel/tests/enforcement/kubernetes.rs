@@ -26,6 +26,31 @@ fn start_pod(node: &Node, pod: &Pod) -> Cgroup {
         .unwrap()
 }
 
+/// `palisade agent --kubernetes` for `node` (as the chart's service account), once ready; `name`
+/// names its log and events.
+fn kube_agent(name: &str, node: &Node, bpffs: &str) -> Agent {
+    let agent_config = binary("PALISADE_AGENT_KUBECONFIG");
+    let agent = Agent::spawn(
+        name,
+        &[
+            "--kubernetes",
+            "--node-name",
+            &node.name,
+            "--bpffs",
+            bpffs,
+            "--cgroup-driver",
+            "systemd",
+            "--status-interval",
+            "1s",
+            "--rule-modules",
+            fresh_dir(&format!("/tmp/{name}-modules")),
+        ],
+        &[("KUBECONFIG", agent_config.to_str().unwrap())],
+    );
+    agent.wait_for_log("agent ready");
+    agent
+}
+
 fn policy(namespace: &str, denied: &str) -> String {
     format!(
         "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: web\n  namespace: {namespace}\nspec:\n  target:\n    selector: {{matchLabels: {{app: web}}}}\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    auditViolations: true\n    customRules:\n      files:\n        - name: secret\n          paths: [{denied}]\n          permissions: [read]\n          action: deny\n"
@@ -87,25 +112,7 @@ async fn end_to_end() {
     let second = file("/tmp/kube/second");
 
     let bpffs = "/sys/fs/bpf/palisade-test-kube";
-    let agent_config = binary("PALISADE_AGENT_KUBECONFIG");
-    let agent = Agent::spawn(
-        "kube-agent",
-        &[
-            "--kubernetes",
-            "--node-name",
-            &node.name,
-            "--bpffs",
-            bpffs,
-            "--cgroup-driver",
-            "systemd",
-            "--status-interval",
-            "1s",
-            "--rule-modules",
-            fresh_dir("/tmp/kube/modules"),
-        ],
-        &[("KUBECONFIG", agent_config.to_str().unwrap())],
-    );
-    agent.wait_for_log("agent ready");
+    let agent = kube_agent("kube-agent", &node, bpffs);
 
     let mut latencies = vec![apply_and_time(&policy(&ns, first), &web, first).await];
     assert_eq!(
@@ -282,35 +289,13 @@ async fn fail_closed() {
     )
     .await;
     let bpffs = "/sys/fs/bpf/palisade-test-fail-closed";
-    let agent_config = binary("PALISADE_AGENT_KUBECONFIG");
-    let start = |name: &str| {
-        let agent = Agent::spawn(
-            name,
-            &[
-                "--kubernetes",
-                "--node-name",
-                &node.name,
-                "--bpffs",
-                bpffs,
-                "--cgroup-driver",
-                "systemd",
-                "--status-interval",
-                "1s",
-                "--rule-modules",
-                fresh_dir("/tmp/fail-closed/modules"),
-            ],
-            &[("KUBECONFIG", agent_config.to_str().unwrap())],
-        );
-        agent.wait_for_log("agent ready");
-        agent
-    };
     let denied = async |cgroup: &Cgroup, path: &str| {
         eventually("denied", async || {
             (probe(Some(cgroup), &["read", path]) == EPERM).then_some(())
         })
         .await
     };
-    let agent = start("fail-closed-agent");
+    let agent = kube_agent("fail-closed-agent", &node, bpffs);
     denied(&web, baseline_file).await;
 
     // The namespace's own policy wins selection and is broken: the pod keeps the cluster
@@ -334,7 +319,7 @@ async fn fail_closed() {
     // policy, so it keeps what the killed one left in the kernel.
     agent.stop(libc::SIGKILL);
     apply_policy(&client, &broken(&policy(&ns, own_file))).await;
-    let agent = start("fail-closed-agent-2");
+    let agent = kube_agent("fail-closed-agent-2", &node, bpffs);
     rejected(&policies).await;
     for pod in [&web, &late] {
         assert_eq!(
