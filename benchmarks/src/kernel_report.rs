@@ -559,7 +559,7 @@ fn throughput_rows(kernel: &Kernel) -> Vec<&ThroughputSample> {
 
 fn throughput_table(kernels: &[Kernel]) -> String {
     let mut md = String::from(
-        "\n## Event throughput\n\nDenials through the ring buffer, the decoder, a Wasm rule module's decide and the file sink (no rate limit). Accounted: produced = written + dropped by the rule module, the agent or the kernel + throttled + still queued. The agent's CPU time per written event, from the flood's start until the events file stops growing, includes its background work (timers) but not the benchmark's scrapes of its metrics; in parentheses, the part spent in the kernel on its behalf (reading the ring buffer, writing the events file, waking its threads; sampled at the kernel's tick).\n\n",
+        "\n## Event throughput\n\nDenials through the ring buffer, the decoder, a Wasm rule module's decide and the file sink (no rate limit). Accounted: produced = written + dropped by the rule module, the agent or the kernel + throttled + still queued. The agent's CPU time per written event (its cgroup's, to the microsecond), from the flood's start until the events file stops growing, includes its background work (timers) but not the benchmark's scrapes of its metrics; in parentheses, the part spent in the kernel on its behalf (reading the ring buffer, writing the events file, waking its threads; apportioned by the kernel's ticks).\n\n",
     );
     md += &table_head(
         &["kernel"],
