@@ -43,7 +43,7 @@ pub const ABI_VERSION: &str = "0.3.0";
 
 /// Memory one instance may grow to.
 const MEMORY_LIMIT: usize = 64 << 20;
-/// The unit of time budgets: how often the engine's epoch advances while a module runs.
+/// The unit of time budgets: how often the engine's epoch advances (see `Epoch`).
 const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// Time one `compile` call may take.
 const COMPILE_BUDGET: Duration = Duration::from_secs(2);
