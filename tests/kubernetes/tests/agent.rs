@@ -250,6 +250,40 @@ async fn a_rejected_policy_never_releases_a_pod_from_the_policy_protecting_it() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_pod_whose_cgroup_cannot_be_found_keeps_its_policy() {
+    let client = admin().await;
+    namespace(&client, "no-cgroup", &[]).await;
+    let node = Node::new("no-cgroup");
+    let web = pod(&client, "no-cgroup", "web", &node.name, &[("app", "web")]).await;
+    let id = node.id(&node.start(&web));
+    let agent = Agent::start(&node).await;
+    apply_policy(
+        &client,
+        &web_policy("no-cgroup", "  mode: RuntimeDefault\n"),
+    )
+    .await;
+    eventually("protected", async || agent.enforced(id)).await;
+
+    // The kubelet's cgroups cannot be found (for a while, say): a new version cannot be placed,
+    // and the pod keeps the version it has.
+    std::fs::remove_dir_all(node.root.join("kubepods.slice")).unwrap();
+    apply_policy(
+        &client,
+        &web_policy(
+            "no-cgroup",
+            "  mode: EnhanceProtect\n  enhanceProtect:\n    hardeningRules: [disallow-mount]\n",
+        ),
+    )
+    .await;
+    eventually("the pod reported", async || {
+        (!agent.all_enforced()).then_some(())
+    })
+    .await;
+    let kept = agent.enforced(id).expect("still protected");
+    assert!(!rule_names(&kept).contains(&"disallow-mount".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_agent_restarted_on_a_rejected_version_keeps_what_the_previous_one_enforced() {
     let client = admin().await;
     namespace(&client, "restart-rejected", &[]).await;
