@@ -41,6 +41,9 @@
 
 use std::borrow::Cow;
 
+#[cfg(any(test, all(target_arch = "wasm32", not(target_feature = "atomics"))))]
+#[doc(hidden)]
+pub mod allocator;
 pub mod testing;
 #[doc(hidden)]
 pub mod wire;
@@ -151,10 +154,16 @@ impl<R: Rule> Configured<R> {
     }
 }
 
-/// Exports a [`Rule`] as the module's `compile` and `decide`.
+/// Exports a [`Rule`] as the module's `compile` and `decide`, and makes the SDK's allocator the
+/// module's (small blocks reused by size class: a verdict's strings cost little).
 #[macro_export]
 macro_rules! rule {
     ($rule:ty) => {
+        #[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
+        #[global_allocator]
+        static PALISADE_ALLOCATOR: $crate::allocator::SizeClasses =
+            $crate::allocator::SizeClasses::new();
+
         #[doc(hidden)]
         pub struct PalisadeRuleExport;
 

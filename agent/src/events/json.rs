@@ -132,24 +132,32 @@ fn any_escape(word: u64) -> bool {
     (below(word, 0x20) | equal(word, b'"') | equal(word, b'\\')) != 0
 }
 
+/// Whether any byte of `bytes` needs escaping, looked at 8 bytes at a time (the last word may
+/// overlap the one before it).
+fn needs_escape(bytes: &[u8]) -> bool {
+    let word = |at: usize| {
+        let word: [u8; 8] = bytes[at..at + 8].try_into().expect("8 bytes");
+        any_escape(u64::from_ne_bytes(word))
+    };
+    if bytes.len() < 8 {
+        return bytes.iter().any(|&byte| ESCAPE[usize::from(byte)] != 0);
+    }
+    (0..bytes.len() / 8).any(|index| word(8 * index)) || word(bytes.len() - 8)
+}
+
 /// A JSON string, escaped as serde_json escapes it.
 fn string(out: &mut Vec<u8>, value: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let bytes = value.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
-    // Most text has nothing to escape: copy it 8 bytes at a time (copies of a known size are
-    // a few stores, where one of any size is a call).
-    let mut at = 0;
-    while let Some(chunk) = bytes.get(at..at + 8) {
-        let chunk: [u8; 8] = chunk.try_into().expect("8 bytes");
-        if any_escape(u64::from_ne_bytes(chunk)) {
-            break;
-        }
-        out.extend_from_slice(&chunk);
-        at += 8;
+    // Most text has nothing to escape: one copy.
+    if !needs_escape(bytes) {
+        out.extend_from_slice(bytes);
+        out.push(b'"');
+        return;
     }
-    for &byte in &bytes[at..] {
+    for &byte in bytes {
         match ESCAPE[usize::from(byte)] {
             0 => out.push(byte),
             b'u' => out.extend_from_slice(&[

@@ -30,7 +30,7 @@ use palisade_common::{
 use serde::Serialize;
 
 use crate::{
-    bpf::{PolicyRegistry, action_name, hook_name},
+    bpf::{InstalledPolicy, PolicyRegistry, action_name, hook_name},
     policy::permission_names,
     targets::{PodIdentity, PodRegistry},
 };
@@ -176,13 +176,50 @@ fn device(encoded: u32) -> String {
 }
 
 /// `time` in RFC 3339 with nanoseconds, in UTC ("2026-11-25T15:28:10.000000001Z"), as
-/// `humantime::format_rfc3339_nanos` writes it, without the formatting machinery: every event
-/// has one.
+/// `humantime::format_rfc3339_nanos` writes it.
 fn rfc3339_nanos(time: SystemTime) -> String {
-    let since_epoch = time
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    let seconds = since_epoch.as_secs();
+    Rfc3339::default().format(time)
+}
+
+/// Writes times as `rfc3339_nanos` does, without the formatting machinery (every event has one),
+/// and works out the date of a second once: the events of a batch mostly fall in a few seconds.
+#[derive(Default)]
+struct Rfc3339 {
+    /// The last second written, and its text up to the fraction ("2026-11-25T15:28:10").
+    second: Option<(u64, [u8; 19])>,
+}
+
+/// Writes `value` as the `width` digits of `text` that end before `end`.
+fn digits(text: &mut [u8], end: usize, mut value: u64, width: usize) {
+    for at in (end - width..end).rev() {
+        text[at] = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
+}
+
+impl Rfc3339 {
+    fn format(&mut self, time: SystemTime) -> String {
+        let since_epoch = time
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let seconds = since_epoch.as_secs();
+        let date_time = match self.second {
+            Some((second, text)) if second == seconds => text,
+            _ => {
+                let text = date_time(seconds);
+                self.second = Some((seconds, text));
+                text
+            }
+        };
+        let mut text = *b"0000-00-00T00:00:00.000000000Z";
+        text[..19].copy_from_slice(&date_time);
+        digits(&mut text, 29, u64::from(since_epoch.subsec_nanos()), 9);
+        String::from_utf8(text.to_vec()).expect("digits are ASCII")
+    }
+}
+
+/// "YYYY-MM-DDTHH:MM:SS" of `seconds` since the epoch.
+fn date_time(seconds: u64) -> [u8; 19] {
     // Days to a civil date (Howard Hinnant's `civil_from_days`; days since 0000-03-01).
     let days = seconds / 86_400 + 719_468;
     let era = days / 146_097;
@@ -199,28 +236,31 @@ fn rfc3339_nanos(time: SystemTime) -> String {
     };
     let year = year_of_era + era * 400 + u64::from(month <= 2);
     let time_of_day = seconds % 86_400;
-    let mut text = *b"0000-00-00T00:00:00.000000000Z";
-    // A field's digits, from the last one, which goes before `end`.
-    let mut digits = |end: usize, mut value: u64, width: usize| {
-        for at in (end - width..end).rev() {
-            text[at] = b'0' + (value % 10) as u8;
-            value /= 10;
-        }
-    };
-    digits(4, year, 4);
-    digits(7, month, 2);
-    digits(10, day, 2);
-    digits(13, time_of_day / 3_600, 2);
-    digits(16, time_of_day / 60 % 60, 2);
-    digits(19, time_of_day % 60, 2);
-    digits(29, u64::from(since_epoch.subsec_nanos()), 9);
-    String::from_utf8(text.to_vec()).expect("digits are ASCII")
+    let mut text = *b"0000-00-00T00:00:00";
+    digits(&mut text, 4, year, 4);
+    digits(&mut text, 7, month, 2);
+    digits(&mut text, 10, day, 2);
+    digits(&mut text, 13, time_of_day / 3_600, 2);
+    digits(&mut text, 16, time_of_day / 60 % 60, 2);
+    digits(&mut text, 19, time_of_day % 60, 2);
+    text
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EventTarget {
     pub cgroup_id: u64,
     pub cgroup_path: Option<Arc<str>>,
+}
+
+/// What the events of a batch mostly share, looked up once: their policy, their pod, their
+/// second. A policy or pod changed during the batch is seen from the next one, as if the batch
+/// had been decoded at once.
+#[derive(Default)]
+struct Recent {
+    policy: Option<(u32, Option<Arc<InstalledPolicy>>)>,
+    /// By (cgroup, target cgroup).
+    pod: Option<((u64, u64), Option<PodIdentity>)>,
+    time: Rfc3339,
 }
 
 /// Turns kernel events into `AuditEvent`s.
@@ -281,15 +321,45 @@ impl Decoder {
         Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) })
     }
 
-    /// Names an event's policy, rule and target.
-    pub fn decode(&self, event: &Event) -> Decoded {
-        let installed = self.registry.get(event.policy_id);
+    /// Names the policy, rule and target of each of `events`, in order, into `decoded`.
+    pub fn decode(&self, events: &[Event], decoded: &mut Vec<Decoded>) {
+        let mut recent = Recent::default();
+        decoded.extend(
+            events
+                .iter()
+                .map(|event| self.decode_one(event, &mut recent)),
+        );
+    }
+
+    fn decode_one(&self, event: &Event, recent: &mut Recent) -> Decoded {
+        let installed = match &recent.policy {
+            Some((id, installed)) if *id == event.policy_id => installed.clone(),
+            _ => {
+                let installed = self.registry.get(event.policy_id);
+                recent.policy = Some((event.policy_id, installed.clone()));
+                installed
+            }
+        };
+        let cgroups = (event.cgroup_id, event.target_cgroup_id);
+        let kubernetes = match &recent.pod {
+            Some((known, pod)) if *known == cgroups => pod.clone(),
+            _ => {
+                let pod = self
+                    .pods
+                    .get(event.cgroup_id)
+                    .or_else(|| self.pods.get(event.target_cgroup_id));
+                recent.pod = Some((cgroups, pod.clone()));
+                pod
+            }
+        };
         let hook = event.hook;
         let rule = installed
             .as_ref()
             .and_then(|installed| installed.rule_name(event.rule_id));
         let event = AuditEvent {
-            time: rfc3339_nanos(self.boot_time + Duration::from_nanos(event.time_ns)),
+            time: recent
+                .time
+                .format(self.boot_time + Duration::from_nanos(event.time_ns)),
             node: self.node.clone(),
             hook: hook_name(event.hook),
             action: action_name(event.action),
@@ -303,10 +373,7 @@ impl Decoder {
                     .map(|installed| installed.target_path().clone()),
             },
             cgroup_id: event.cgroup_id,
-            kubernetes: self
-                .pods
-                .get(event.cgroup_id)
-                .or_else(|| self.pods.get(event.target_cgroup_id)),
+            kubernetes,
             pid: event.pid,
             tid: event.tid,
             uid: event.uid,
@@ -376,22 +443,95 @@ mod tests {
 
     #[test]
     fn times_are_written_as_humantime_writes_them() {
+        // One formatter for all, as for a batch: a second it wrote before, and a new one.
+        let mut batch = Rfc3339::default();
         for nanos in [
             0,
             1,
             951_782_400_000_000_000,   // 2000-02-29
             1_709_164_799_999_999_999, // 2024-02-28, the last nanosecond
+            1_709_164_800_000_000_000,
+            1_764_084_490_123_456_789,
+            1_764_084_490_999_999_999,
             1_764_084_490_123_456_789,
             4_102_444_800_000_000_000,  // 2100-01-01
             18_446_744_073_709_551_615, // 2554-07-21, the last time a u64 holds
         ] {
             let time = SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos);
-            assert_eq!(
-                rfc3339_nanos(time),
-                humantime::format_rfc3339_nanos(time).to_string()
-            );
+            let expected = humantime::format_rfc3339_nanos(time).to_string();
+            assert_eq!(rfc3339_nanos(time), expected);
+            assert_eq!(batch.format(time), expected);
         }
         assert_eq!(device(8 << 20 | 17), "8:17");
+    }
+
+    #[test]
+    fn each_event_of_a_batch_is_named_by_its_own_policy_pod_and_time() {
+        let installed = |name: &str, id| {
+            let file = std::path::Path::new("p.yaml");
+            let text = format!(
+                "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\n\
+                 spec:\n  mode: AlwaysAllow\n"
+            );
+            let policy = crate::policy::Policy::parse(file, &text).unwrap();
+            let compiled = crate::policy::compile(file, &policy, &Default::default(), &[]).unwrap();
+            let target = crate::targets::Cgroup {
+                path: format!("/sys/fs/cgroup/{name}").into(),
+                id,
+                level: 1,
+            };
+            Arc::new(InstalledPolicy::new(Arc::new(compiled), target))
+        };
+        let registry = PolicyRegistry::default();
+        registry.insert(1, installed("app", 10));
+        registry.insert(2, installed("web", 11));
+        let pods = PodRegistry::default();
+        let pod = PodIdentity {
+            namespace: "default".to_owned(),
+            pod: "app-0".to_owned(),
+            container: None,
+        };
+        pods.replace([(10, pod.clone())].into());
+        let decoder = Decoder::new(registry, pods);
+        let event = |policy_id, cgroup_id, time_ns| Event {
+            hook: HOOK_FILE_OPEN,
+            policy_id,
+            cgroup_id,
+            target_cgroup_id: cgroup_id,
+            time_ns,
+            ..Event::default()
+        };
+        let batch = [
+            event(1, 10, 5_000_000_000),
+            event(1, 10, 5_000_000_001),
+            event(2, 11, 5_999_999_999),
+            event(1, 10, 6_000_000_000),
+            event(9, 12, 7_000_000_000),
+        ];
+        let mut decoded = Vec::new();
+        decoder.decode(&batch, &mut decoded);
+        let named: Vec<_> = decoded
+            .iter()
+            .map(|decoded| {
+                let event = &decoded.event;
+                (
+                    event.policy.as_deref(),
+                    event.kubernetes.as_ref(),
+                    event.time.clone(),
+                )
+            })
+            .collect();
+        let time = |nanos| rfc3339_nanos(decoder.boot_time + Duration::from_nanos(nanos));
+        assert_eq!(
+            named,
+            [
+                (Some("app"), Some(&pod), time(5_000_000_000)),
+                (Some("app"), Some(&pod), time(5_000_000_001)),
+                (Some("web"), None, time(5_999_999_999)),
+                (Some("app"), Some(&pod), time(6_000_000_000)),
+                (None, None, time(7_000_000_000)),
+            ]
+        );
     }
 
     /// The event without what modules added.
@@ -413,7 +553,9 @@ mod tests {
         };
         let path = "/etc/\"odd\"\n\\\t\u{1}\u{7f}é\u{8}\u{c}\r".as_bytes();
         kernel.path[..path.len()].copy_from_slice(path);
-        let plain = decoder.decode(&kernel).event;
+        let mut decoded = Vec::new();
+        decoder.decode(&[kernel], &mut decoded);
+        let plain = decoded.remove(0).event;
         assert_eq!(plain.permissions, ["read", "write"]);
         assert_eq!(written(&plain), serde_json::to_string(&plain).unwrap());
         assert_eq!(plain.facts_json(), serde_json::to_string(&plain).unwrap());

@@ -30,7 +30,7 @@ impl EventWorker {
                 let mut batch = Vec::with_capacity(BATCH);
                 let mut decoded = Vec::with_capacity(BATCH);
                 while taking.take(&mut batch, BATCH) {
-                    decoded.extend(batch.iter().map(|event| decoder.decode(event)));
+                    decoder.decode(&batch, &mut decoded);
                     let failures = deciding.apply(&mut decoded);
                     let mut written = 0;
                     for kept in decoded.iter().filter(|decoded| decoded.keep) {

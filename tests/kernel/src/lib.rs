@@ -245,15 +245,16 @@ impl Kernel {
         let Loaded {
             events, decoder, ..
         } = &mut *self.loaded;
-        let mut decoded = Vec::new();
+        let mut read = Vec::new();
         // Bounded: a target that keeps being denied produces events as fast as we decode them.
-        while decoded.len() < RING_CAPACITY
+        while read.len() < RING_CAPACITY
             && let Some(record) = events.next()
         {
-            let event = Decoder::read(&record).expect("a decodable event");
-            decoded.push(decoder.decode(&event).event);
+            read.push(Decoder::read(&record).expect("a decodable event"));
         }
-        decoded
+        let mut decoded = Vec::with_capacity(read.len());
+        decoder.decode(&read, &mut decoded);
+        decoded.into_iter().map(|decoded| decoded.event).collect()
     }
 }
 
