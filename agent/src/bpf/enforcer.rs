@@ -653,6 +653,11 @@ impl Enforcer {
     /// Arms the cgroup `name` below `parent` before it exists: when the kernel creates it, it
     /// becomes a target of `policy` before any process can enter it. Replaces an earlier stage of
     /// the same cgroup; an error means nothing changed.
+    ///
+    /// Invariant: every cgroup the kernel armed points at a policy whose entries exist. The
+    /// kernel copies `pending` into `targets` on its own, at any moment, so a cgroup created
+    /// while its stage is replaced may have been armed with the earlier version: those are
+    /// re-pointed at the new version before the earlier one's entries are deleted.
     pub fn stage(
         &mut self,
         parent: &Cgroup,
@@ -665,8 +670,7 @@ impl Enforcer {
             return Err(StageError::TooDeep);
         }
         let staged = (parent.id, name.to_owned());
-        // The same policy again changes nothing. Restaging it would retire the entries a cgroup
-        // created meanwhile was armed with, leaving it unprotected.
+        // The same policy again: nothing to change.
         if self
             .staged
             .get(&staged)
@@ -711,7 +715,32 @@ impl Enforcer {
             level,
         };
         if let Some(old) = self.staged.insert(staged, new) {
-            self.retire(old);
+            match self.repoint_armed(old.policy_id, policy_id) {
+                Ok(()) => self.retire(old),
+                Err(err) => warn!(
+                    policy_id = old.policy_id,
+                    "cgroups armed with a replaced stage keep it until their policy is applied, \
+                     its entries left in the maps: {err}"
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// Points the cgroups the kernel armed with the staged policy `old` at `new`, which
+    /// `pending` names already. Once the programs that read `old` from `pending` have finished,
+    /// no cgroup can be armed with it any more: the scan that follows finds every one.
+    fn repoint_armed(&mut self, old: u32, new: u32) -> Result<(), MapError> {
+        self.wait_for_running_programs()?;
+        let armed: Vec<u64> = self
+            .targets
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, target)| target.policy_id == old)
+            .map(|(id, _)| id)
+            .collect();
+        for id in armed {
+            self.targets.insert(id, Target { policy_id: new }, 0)?;
         }
         Ok(())
     }

@@ -165,3 +165,30 @@ fn a_cgroup_created_after_its_policy_is_armed_before_its_first_exec() {
     assert!(stopped, "{log}");
     cleanup_agent(bpffs);
 }
+
+#[test]
+fn a_cgroup_armed_with_a_staged_policy_follows_its_next_version() {
+    let mut kernel = Kernel::new();
+    let parent = kernel.cgroup(None, "restage");
+    let first = file("/tmp/restage/first");
+    let second = file("/tmp/restage/second");
+    let stage = |kernel: &mut Kernel, denied: &str| {
+        kernel
+            .enforcer()
+            .stage(&parent, "pod", policy("pod", &deny_read(denied)))
+            .expect("staging the pod's policy");
+    };
+    stage(&mut kernel, first);
+    // The kubelet creates the pod's cgroup (the kernel arms it with the staged version) while
+    // the agent stages the pod's next version, before it applies that to the cgroup.
+    let pod = kernel.cgroup(Some(&parent), "pod");
+    assert_eq!(probe(Some(&pod), &["read", first]), EPERM);
+    stage(&mut kernel, second);
+    assert_eq!(
+        probe(Some(&pod), &["read", second]),
+        EPERM,
+        "the armed cgroup is under the new version"
+    );
+    assert_eq!(probe(Some(&pod), &["read", first]), Answer::Ok);
+    assert_eq!(probe(Some(&parent), &["read", second]), Answer::Ok);
+}
