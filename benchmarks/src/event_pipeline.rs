@@ -151,7 +151,11 @@ fn measure(setup: &Setup, scratch: &Path) -> anyhow::Result<[Duration; 4]> {
         max_bytes: 64 << 20,
         keep: 1,
     };
-    let file = RotatingFile::open(&scratch.join(format!("{}.jsonl", setup.name)), rotation)?;
+    let file = RotatingFile::open(
+        &scratch.join(format!("{}.jsonl", setup.name)),
+        rotation,
+        None,
+    )?;
     let mut sink = JsonLines::new("file", Box::new(file));
     let batch: Vec<Event> = (0..BATCH)
         .map(|i| kernel_event(i, rule_id, setup.path))

@@ -35,6 +35,11 @@ typedef uint64_t __u64;
 #define PALISADE_PERM_CONNECT (1u << 4)
 #define PALISADE_PERM_COUNT 5
 
+/* What `protected_inodes` protects an inode of the agent's against, bits: changing it (or, for
+ * a directory, its entries), and reading it (the audit trail). */
+#define PALISADE_PROTECT_CHANGE (1u << 0)
+#define PALISADE_PROTECT_READ (1u << 1)
+
 /* Actions are bits: report (an audit event), deny (-EPERM), or both. As numbers they are
  * ordered: when several rules match, the larger value wins. */
 #define PALISADE_ACTION_NONE 0

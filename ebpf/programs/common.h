@@ -27,7 +27,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
 	__type(key, struct palisade_inode_key);
-	__type(value, __u32);
+	__type(value, __u32); /* PALISADE_PROTECT_* */
 } protected_inodes SEC(".maps");
 
 struct {
@@ -385,7 +385,8 @@ static const struct palisade_verdict self_protection = {
 	.rule_id = PALISADE_RULE_SELF_PROTECTION,
 };
 
-static __always_inline int is_protected_inode(struct inode *inode)
+/* What the agent protects `inode` against (PALISADE_PROTECT_*), 0 if it is not its. */
+static __always_inline __u32 protection_of(struct inode *inode)
 {
 	if (!inode)
 		return 0;
@@ -393,7 +394,8 @@ static __always_inline int is_protected_inode(struct inode *inode)
 		.ino = BPF_CORE_READ(inode, i_ino),
 		.dev = BPF_CORE_READ(inode, i_sb, s_dev),
 	};
-	return bpf_map_lookup_elem(&protected_inodes, &key) != NULL;
+	__u32 *protection = bpf_map_lookup_elem(&protected_inodes, &key);
+	return protection ? *protection : 0;
 }
 
 /* Whether changing `dentry` would change bpffs or a file of the agent's (or an entry of one of
@@ -401,15 +403,19 @@ static __always_inline int is_protected_inode(struct inode *inode)
 static __always_inline int is_protected_dentry(struct dentry *dentry)
 {
 	return BPF_CORE_READ(dentry, d_sb, s_magic) == BPF_FS_MAGIC ||
-	       is_protected_inode(BPF_CORE_READ(dentry, d_inode)) ||
-	       is_protected_inode(BPF_CORE_READ(dentry, d_parent, d_inode));
+	       (protection_of(BPF_CORE_READ(dentry, d_inode)) & PALISADE_PROTECT_CHANGE) ||
+	       (protection_of(BPF_CORE_READ(dentry, d_parent, d_inode)) & PALISADE_PROTECT_CHANGE);
 }
 
-/* Self-protection overrides every rule when `perms` would change a protected file. */
+/* Self-protection overrides every rule when `perms` would change a protected file, or read one
+ * the agent keeps from targets (its audit trail). */
 static __always_inline void protect_files(struct palisade_verdict *d, struct dentry *dentry,
 					  __u32 perms)
 {
 	if ((perms & (PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) && is_protected_dentry(dentry))
+		*d = self_protection;
+	else if ((perms & PALISADE_PERM_READ) &&
+		 (protection_of(BPF_CORE_READ(dentry, d_inode)) & PALISADE_PROTECT_READ))
 		*d = self_protection;
 }
 

@@ -3,7 +3,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet, VecDeque},
-    os::{fd::OwnedFd, unix::fs::MetadataExt},
+    os::fd::OwnedFd,
     path::Path,
     sync::{Arc, RwLock},
     time::Duration,
@@ -19,7 +19,7 @@ use aya::{
     programs::{Lsm, ProgramError, links::FdLink},
 };
 use palisade_common::{
-    CGROUP_NAME_LEN, Config, GlobKey, GlobRule, HookCost, InodeKey, KEY_PATH_LEN, MountTypeKey,
+    CGROUP_NAME_LEN, Config, GlobKey, GlobRule, HookCost, KEY_PATH_LEN, MountTypeKey,
     NetworkKeyData, PathVerdict, PendingKey, Policy as KernelPolicy, RULE_PATH_OUTSIDE_MOUNT,
     RULE_SELF_PROTECTION, RuleCount, RuleKey, STAT_EVENTS, STAT_EVENTS_DROPPED,
     STAT_EVENTS_THROTTLED, STAT_UNCOUNTED, STAT_UNDECIDED, SocketKey, Target, TriePath, Verdict,
@@ -27,7 +27,10 @@ use palisade_common::{
 
 use tracing::{info, warn};
 
-use super::{HOOKS, LoadError, MAPS, OBJECT, PROGRAMS, PinnedState, Preflight, pinned};
+use super::{
+    HOOKS, LoadError, MAPS, OBJECT, PROGRAMS, PinnedState, Preflight, ProtectError, ProtectedFiles,
+    Protection, pinned,
+};
 use crate::{
     policy::{CompiledPolicy, NetworkEntry, TrieEntry},
     targets::Cgroup,
@@ -127,17 +130,6 @@ impl PolicyRegistry {
             registry.by_id.remove(&oldest);
         }
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ProtectError {
-    #[error("cannot protect {path}: {source}")]
-    Stat {
-        path: std::path::PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot protect a file: {0}")]
-    Map(#[from] MapError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -260,9 +252,7 @@ pub struct Enforcer {
     config: Config,
     targets: BpfHashMap<MapData, u64, Target>,
     pending: BpfHashMap<MapData, PendingKey, Target>,
-    protected_inodes: BpfHashMap<MapData, InodeKey, u32>,
-    /// What `protected_inodes` holds for this process.
-    protected: HashSet<InodeKey>,
+    protected: ProtectedFiles,
     prefixes: LpmTrie<MapData, TriePath, PathVerdict>,
     suffixes: LpmTrie<MapData, TriePath, PathVerdict>,
     globs: BpfHashMap<MapData, GlobKey, GlobRule>,
@@ -407,8 +397,7 @@ impl Enforcer {
             config_map: take(&mut ebpf, "config")?,
             targets: take(&mut ebpf, "targets")?,
             pending: take(&mut ebpf, "pending")?,
-            protected_inodes: take(&mut ebpf, "protected_inodes")?,
-            protected: HashSet::new(),
+            protected: ProtectedFiles::new(take(&mut ebpf, "protected_inodes")?),
             prefixes: take(&mut ebpf, "path_prefixes")?,
             suffixes: take(&mut ebpf, "path_suffixes")?,
             globs: take(&mut ebpf, "globs")?,
@@ -497,15 +486,7 @@ impl Enforcer {
         for key in &stale_pending {
             self.pending.remove(key)?;
         }
-        let unprotected: Vec<InodeKey> = self
-            .protected_inodes
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|key| !self.protected.contains(key))
-            .collect();
-        for key in &unprotected {
-            self.protected_inodes.remove(key)?;
-        }
+        self.protected.remove_others()?;
         self.adopted_levels = 0;
         self.publish_levels()?;
         self.wait_for_running_programs()?;
@@ -632,22 +613,14 @@ impl Enforcer {
     }
 
     /// Forbids targets to change the file at `path` or, for a directory, its entries: the
-    /// enforcing process's executable, policies and event file.
+    /// enforcing process's executable, policies and caches.
     pub fn protect(&mut self, path: &Path) -> Result<(), ProtectError> {
-        let metadata = std::fs::metadata(path).map_err(|source| ProtectError::Stat {
-            path: path.to_owned(),
-            source,
-        })?;
-        let dev = metadata.dev();
-        // The kernel's encoding of a device number (MKDEV) differs from user space's.
-        let key = InodeKey {
-            ino: metadata.ino(),
-            dev: (libc::major(dev) << 20) | libc::minor(dev),
-            reserved: 0,
-        };
-        self.protected_inodes.insert(key, 1, 0)?;
-        self.protected.insert(key);
-        Ok(())
+        self.protected.protect(path, Protection::Change).map(drop)
+    }
+
+    /// The handle through which the event file protects the files of its rotation.
+    pub fn protected_files(&self) -> ProtectedFiles {
+        self.protected.clone()
     }
 
     /// Arms the cgroup `name` below `parent` before it exists: when the kernel creates it, it

@@ -5,14 +5,16 @@ mod enforcer;
 mod hooks;
 mod pinned;
 mod preflight;
+mod protected;
 
 pub use enforcer::{
     AuditRate, DecisionCost, Enforcer, InstalledPolicy, MeasureError, PolicyRegistry, ProgramRuns,
-    ProtectError, RetireError, RuleCounts, RuleLabels, SELF_PROTECTION, StageError, Stats,
+    RetireError, RuleCounts, RuleLabels, SELF_PROTECTION, StageError, Stats,
 };
 pub use hooks::{HOOKS, Hook, action_name, hook_name};
 pub use pinned::{DEFAULT_ROOT, PinnedState, object_version, remove as remove_pinned};
 pub use preflight::{KERNEL_BTF, LoadError, LsmList, Preflight};
+pub use protected::{ProtectError, ProtectedFiles, Protection, inode_key};
 
 /// The BPF object built from ebpf/programs by build.rs.
 pub(crate) static OBJECT: &[u8] =

@@ -455,6 +455,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut sinks: Vec<Box<dyn Sink>> = vec![Box::new(json_sink(
         args.events.as_deref(),
         args.events_rotation(),
+        &enforcer.protected_files(),
         JsonLines::new("stdout", Box::new(std::io::stdout())),
     )?)];
     let falco_worker = match &args.falcosidekick_url {
@@ -477,7 +478,6 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", args.rules_cache.display()))?;
     let mut own_files = vec![args.rules_cache.as_path()];
     own_files.extend(args.policy_dir.as_deref());
-    own_files.extend(args.events.as_deref());
     if args.kubernetes && args.rule_modules.exists() {
         own_files.push(&args.rule_modules);
     }

@@ -41,6 +41,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     let sink = json_sink(
         args.events.as_deref(),
         None,
+        &enforcer.protected_files(),
         JsonLines::new("stderr", Box::new(std::io::stderr())),
     )?;
     let mut session = Session::start(
@@ -49,9 +50,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
         vec![Box::new(sink)],
         PodRegistry::default(),
     )?;
-    let mut own_files = vec![args.policy.as_path()];
-    own_files.extend(args.events.as_deref());
-    session.protect_own_files(&own_files)?;
+    session.protect_own_files(&[args.policy.as_path()])?;
     let cgroup = cgroups.create(
         &cgroups.mount,
         &format!("palisade-run-{}", std::process::id()),

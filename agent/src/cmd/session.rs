@@ -2,8 +2,6 @@
 //! accounting of anything lost on the way.
 
 use std::{
-    fs::OpenOptions,
-    io::Write,
     path::Path,
     sync::Arc,
     time::{Duration, Instant},
@@ -13,7 +11,7 @@ use anyhow::Context;
 use tracing::warn;
 
 use crate::{
-    bpf::{Enforcer, Stats},
+    bpf::{Enforcer, ProtectedFiles, Stats},
     events::{
         Deciding, Decoder, EventQueue, EventReader, EventWorker, JsonLines, RotatingFile, Rotation,
         Sink,
@@ -47,32 +45,29 @@ struct Losses {
     sinks: Vec<u64>,
 }
 
-/// JSON lines into `events` (appended to, and rotated by size if `rotation` says so), or into
-/// `default_sink`.
+/// JSON lines into `events` (appended to, rotated by size if `rotation` says so, and kept from
+/// targets through `protected`), or into `default_sink`.
 pub fn json_sink(
     events: Option<&Path>,
     rotation: Option<Rotation>,
+    protected: &ProtectedFiles,
     default_sink: JsonLines,
 ) -> anyhow::Result<JsonLines> {
     let Some(path) = events else {
         return Ok(default_sink);
     };
-    let opening = || format!("opening the event file {}", path.display());
-    let writer: Box<dyn Write + Send> = match rotation {
-        Some(rotation) => Box::new(RotatingFile::open(path, rotation).with_context(opening)?),
-        None => Box::new(
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(opening)?,
-        ),
-    };
-    Ok(JsonLines::new(path.display().to_string(), writer))
+    let file = RotatingFile::open(
+        path,
+        rotation.unwrap_or(Rotation::NEVER),
+        Some(protected.clone()),
+    )
+    .with_context(|| format!("opening the event file {}", path.display()))?;
+    Ok(JsonLines::new(path.display().to_string(), Box::new(file)))
 }
 
 impl Session {
-    /// Forbids targets to change what enforcement depends on: this executable and `files`.
+    /// Forbids targets to change what enforcement depends on: this executable and `files` (the
+    /// event file protects its own).
     pub fn protect_own_files(&mut self, files: &[&Path]) -> anyhow::Result<()> {
         let exe = std::env::current_exe().context("finding this executable")?;
         for path in std::iter::once(exe.as_path()).chain(files.iter().copied()) {

@@ -2,12 +2,22 @@
 //! long-running agent under attack cannot fill the disk), and the other sinks beside it.
 
 use std::{
+    collections::HashSet,
+    ffi::CString,
     fs::{File, OpenOptions},
     io::{self, Write},
+    os::{
+        fd::AsRawFd,
+        unix::{ffi::OsStrExt, fs::OpenOptionsExt},
+    },
     path::{Path, PathBuf},
 };
 
+use palisade_common::InodeKey;
+use tracing::warn;
+
 use super::{AuditEvent, ModuleFailure};
+use crate::bpf::{ProtectError, ProtectedFiles, Protection};
 
 /// A destination of audit events. `send` never blocks the loop that reads the kernel's events.
 pub trait Sink: Send {
@@ -90,33 +100,139 @@ pub struct Rotation {
     pub keep: u32,
 }
 
+impl Rotation {
+    /// One file, growing.
+    pub const NEVER: Rotation = Rotation {
+        max_bytes: u64::MAX,
+        keep: 0,
+    };
+}
+
+/// The audit trail: a file of JSON lines, rotated by size. With the agent enforcing, targets may
+/// neither read nor change any of its files (the one written and those rotated): each is
+/// protected before it has a name, and released once it is gone.
 pub struct RotatingFile {
     path: PathBuf,
     rotation: Rotation,
     file: File,
     size: u64,
+    protected: Option<ProtectedFiles>,
+    /// The inodes of the files protected.
+    kept: HashSet<InodeKey>,
 }
 
 fn append(path: &Path) -> io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
+/// Opens `path` to append to, creating it if need be. A file it creates is protected by
+/// `protected` before it has a name (made unnamed in the directory, then linked), so no target
+/// can open it first.
+fn open_append(path: &Path, protected: Option<&ProtectedFiles>) -> io::Result<File> {
+    let Some(protected) = protected else {
+        return append(path);
+    };
+    match OpenOptions::new().append(true).open(path) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        existing => return existing,
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let unnamed = OpenOptions::new()
+        .append(true)
+        .mode(0o666)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir);
+    let file = match unnamed {
+        Ok(file) => file,
+        // A file system without unnamed files: protected just after it is created.
+        Err(err) if matches!(err.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+            return append(path);
+        }
+        Err(err) => return Err(err),
+    };
+    if let Err(err) = protected.protect_file(&file, Protection::ChangeAndRead) {
+        warn!(
+            "{err}: targets may read or change the event file {}",
+            path.display()
+        );
+    }
+    let name = CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: an open descriptor and a NUL-terminated path.
+    let linked = unsafe {
+        libc::linkat(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            name.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if linked != 0 {
+        let err = io::Error::last_os_error();
+        return match err.kind() {
+            // Created meanwhile: appended to as found (and protected with the rotation).
+            io::ErrorKind::AlreadyExists => OpenOptions::new().append(true).open(path),
+            _ => Err(err),
+        };
+    }
+    Ok(file)
+}
+
 impl RotatingFile {
-    pub fn open(path: &Path, rotation: Rotation) -> io::Result<Self> {
-        let file = append(path)?;
+    /// `protected`: where to keep the files from targets (None: nothing enforces).
+    pub fn open(
+        path: &Path,
+        rotation: Rotation,
+        protected: Option<ProtectedFiles>,
+    ) -> io::Result<Self> {
+        let file = open_append(path, protected.as_ref())?;
         let size = file.metadata()?.len();
-        Ok(Self {
+        let mut opened = Self {
             path: path.to_owned(),
             rotation,
             file,
             size,
-        })
+            protected,
+            kept: HashSet::new(),
+        };
+        opened.protect_rotation();
+        Ok(opened)
     }
 
     fn rotated(&self, index: u32) -> PathBuf {
         let mut name = self.path.clone().into_os_string();
         name.push(format!(".{index}"));
         PathBuf::from(name)
+    }
+
+    /// Protects the files of the rotation there are, and releases those gone (a gone file's
+    /// inode number may be given to another file).
+    fn protect_rotation(&mut self) {
+        let Some(protected) = &self.protected else {
+            return;
+        };
+        let files = std::iter::once(self.path.clone())
+            .chain((1..=self.rotation.keep).map(|index| self.rotated(index)));
+        let mut kept = HashSet::new();
+        for path in files {
+            match protected.protect(&path, Protection::ChangeAndRead) {
+                Ok(key) => {
+                    kept.insert(key);
+                }
+                Err(ProtectError::Stat { source, .. })
+                    if source.kind() == io::ErrorKind::NotFound => {}
+                Err(err) => warn!("{err}: targets may read or change it"),
+            }
+        }
+        for gone in self.kept.difference(&kept) {
+            if let Err(err) = protected.release(*gone) {
+                warn!("releasing a rotated event file's protection: {err}");
+            }
+        }
+        self.kept = kept;
     }
 
     fn rotate(&mut self) -> io::Result<()> {
@@ -135,8 +251,9 @@ impl RotatingFile {
             }
             std::fs::rename(&self.path, self.rotated(1))?;
         }
-        self.file = append(&self.path)?;
+        self.file = open_append(&self.path, self.protected.as_ref())?;
         self.size = 0;
+        self.protect_rotation();
         Ok(())
     }
 }
@@ -192,7 +309,7 @@ mod tests {
             max_bytes: 100,
             keep: 2,
         };
-        let mut file = RotatingFile::open(&path, rotation).unwrap();
+        let mut file = RotatingFile::open(&path, rotation, None).unwrap();
         for i in 0..20 {
             file.write_all(format!("{{\"event\":{i:03},\"padding\":\"xxxxxxxxxx\"}}\n").as_bytes())
                 .unwrap();
@@ -227,7 +344,7 @@ mod tests {
         }
         // Reopening appends to what is there.
         drop(file);
-        let mut file = RotatingFile::open(&path, rotation).unwrap();
+        let mut file = RotatingFile::open(&path, rotation, None).unwrap();
         file.write_all(b"{}\n").unwrap();
         assert_eq!(read("events.jsonl").lines().count(), 3);
         std::fs::remove_dir_all(&dir).unwrap();

@@ -734,6 +734,100 @@ fn targets_cannot_change_the_enforcing_process_files_or_bpffs() {
 }
 
 #[test]
+fn targets_cannot_read_or_change_the_audit_trail_across_rotations() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "trail");
+    let secret = file("/tmp/trail/secret");
+    let dir = fresh_dir("/tmp/trail-policies");
+    let bpffs = "/sys/fs/bpf/palisade-test-trail";
+    write_policy(
+        &format!("{dir}/app.yaml"),
+        "app",
+        target.path.to_str().unwrap(),
+        secret,
+    );
+    let events = "/tmp/trail-events.jsonl";
+    let files = [
+        events.to_owned(),
+        format!("{events}.1"),
+        format!("{events}.2"),
+    ];
+    for file in &files {
+        let _ = std::fs::remove_file(file);
+    }
+    let rotation = ["--events-max-bytes", "2000", "--events-keep", "2"];
+    let agent = Agent::start_with(dir, bpffs, "trail", &rotation);
+    eventually(&target, secret, &EPERM);
+    // Denials, each an event, until the oldest kept file was rotated out: three rotations.
+    let inode = |path: &str| std::fs::metadata(path).map(|file| file.ino()).ok();
+    let mut first_oldest = None;
+    let started = Instant::now();
+    loop {
+        assert_eq!(probe(Some(&target), &["read", secret]), EPERM);
+        let oldest = inode(&files[2]);
+        first_oldest = first_oldest.or(oldest);
+        if oldest.is_some() && oldest != first_oldest {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the event file was not rotated three times"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Each attempt is an event too: the files rotate on while they are tried.
+    for file in &files {
+        for operation in ["read", "write", "append", "truncate", "unlink"] {
+            assert_eq!(
+                probe(Some(&target), &[operation, file]),
+                EPERM,
+                "{operation} {file}"
+            );
+        }
+        assert_eq!(
+            probe(None, &["read", file]),
+            Answer::Ok,
+            "outside the target"
+        );
+    }
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    // The protection of a file ends with it: the kernel keeps from being read exactly the event
+    // files there are, none rotated out (an inode number a new file may be given).
+    let pinned = Path::new(bpffs)
+        .join(palisade_agent::bpf::object_version())
+        .join("maps/protected_inodes");
+    let map = aya::maps::MapData::from_pin(pinned).unwrap();
+    let map: aya::maps::HashMap<_, palisade_common::InodeKey, u32> =
+        aya::maps::HashMap::try_from(aya::maps::Map::HashMap(map)).unwrap();
+    let sorted = |mut inodes: Vec<(u32, u64)>| {
+        inodes.sort();
+        inodes
+    };
+    let hidden = map
+        .iter()
+        .map(Result::unwrap)
+        .filter(|(_, protection)| protection & palisade_common::PROTECT_READ != 0)
+        .map(|(key, _)| (key.dev, key.ino))
+        .collect();
+    let expected = files
+        .iter()
+        .map(|file| palisade_agent::bpf::inode_key(&std::fs::metadata(file).unwrap()))
+        .map(|key| (key.dev, key.ino))
+        .collect();
+    assert_eq!(sorted(hidden), sorted(expected));
+    // A restarted agent keeps them so, once it removed what it did not take over.
+    let agent = Agent::start_with(dir, bpffs, "trail", &rotation);
+    agent.wait_for_log("agent ready");
+    for file in &files {
+        assert_eq!(probe(Some(&target), &["read", file]), EPERM, "{file}");
+    }
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
+}
+
+#[test]
 fn paths_longer_than_a_trie_key_still_match() {
     let mut kernel = Kernel::new();
     let target = kernel.cgroup(None, "long");
