@@ -57,6 +57,8 @@ pub struct Metrics {
     pub policy_errors: Gauge,
     /// From a policy file's change to its map entries committed.
     pub apply_seconds: Histogram,
+    /// Pinned kernel state that did not match this build: set aside and replaced at start.
+    pub pinned_state_replaced: Counter,
     pub http_sink: HttpSinkMetrics,
     pub rule_modules: RuleModuleMetrics,
     kernel: Arc<Mutex<KernelSnapshot>>,
@@ -434,6 +436,13 @@ impl Metrics {
             Unit::Seconds,
             apply_seconds.clone(),
         );
+        let pinned_state_replaced = Counter::default();
+        registry.register(
+            "pinned_state_replaced",
+            "Pinned kernel state found not to match this build at start: set aside (enforcing \
+             until every policy is applied again) and replaced",
+            pinned_state_replaced.clone(),
+        );
         let sink_events = Family::<[(&'static str, &'static str); 1], Counter>::default();
         registry.register(
             "http_sink_events",
@@ -484,6 +493,7 @@ impl Metrics {
             policies,
             policy_errors,
             apply_seconds,
+            pinned_state_replaced,
             http_sink,
             rule_modules,
             kernel,

@@ -244,6 +244,8 @@ pub struct Enforcer {
     _ebpf: Ebpf,
     /// Where maps and links are pinned, if they are.
     pinned: Option<PinnedState>,
+    /// This start found the pinned state not matching the object and replaced it.
+    replaced_pinned_state: bool,
     /// Levels of the targets a previous agent left in pinned maps, probed until
     /// `retire_previous`.
     adopted_levels: u64,
@@ -357,6 +359,20 @@ impl Enforcer {
         loader.btf(Some(&btf));
         let program_names: Vec<&str> = PROGRAMS.iter().map(|(name, _)| *name).collect();
         let mut adopted = false;
+        let mut replaced = false;
+        if let Some(state) = &pinned
+            && let Some(mismatch) = state.mismatch(MAPS)
+        {
+            let aside = state
+                .set_aside()
+                .map_err(|err| LoadError::pin(&state.dir(), err))?;
+            warn!(
+                state = %aside.display(),
+                "the pinned state does not match this build ({mismatch}): set aside, enforcing \
+                 as it did until every policy is applied again, and replaced"
+            );
+            replaced = true;
+        }
         if let Some(state) = &pinned {
             for dir in ["maps", "links"] {
                 let dir = state.dir().join(dir);
@@ -418,6 +434,7 @@ impl Enforcer {
             events: Some(take(&mut ebpf, "events")?),
             _ebpf: ebpf,
             pinned,
+            replaced_pinned_state: replaced,
             adopted_levels: 0,
             installed: HashMap::new(),
             staged: HashMap::new(),
@@ -544,6 +561,11 @@ impl Enforcer {
             }
         }
         Ok(count)
+    }
+
+    /// Whether this start found the pinned state not matching this build and replaced it.
+    pub fn replaced_pinned_state(&self) -> bool {
+        self.replaced_pinned_state
     }
 
     /// The audit event ring buffer, for one reader.

@@ -8,6 +8,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use aya::maps::MapData;
+
 use super::OBJECT;
 
 /// The default root, under the conventional bpffs mount.
@@ -52,6 +54,59 @@ impl PinnedState {
     /// Whether every program of this version is attached through a pinned link.
     pub fn links_complete(&self, programs: &[&str]) -> bool {
         programs.iter().all(|program| self.link(program).exists())
+    }
+
+    /// What in the maps pinned for this version is not what the object defines (type, key and
+    /// value sizes, entries, flags), if anything. The version, a digest of the object, fixes the
+    /// layout: a mismatch is a pin replaced, or corrupted state.
+    pub fn mismatch(&self, maps: &[&str]) -> Option<String> {
+        let object = aya_obj::Object::parse(OBJECT).expect("the embedded object parses");
+        maps.iter().find_map(|name| {
+            let path = self.map(name);
+            if !path.exists() {
+                return None;
+            }
+            let Some(defined) = object.maps.get(*name) else {
+                return Some(format!("{name} is not a map of this build"));
+            };
+            let info = match MapData::from_pin(&path).and_then(|map| map.info()) {
+                Ok(info) => info,
+                Err(err) => return Some(format!("{name}: {err}")),
+            };
+            let pinned = (
+                info.map_type().map_or(u32::MAX, |kind| kind as u32),
+                info.key_size(),
+                info.value_size(),
+                info.max_entries(),
+                info.map_flags(),
+            );
+            let wanted = (
+                defined.map_type(),
+                defined.key_size(),
+                defined.value_size(),
+                defined.max_entries(),
+                defined.map_flags(),
+            );
+            (pinned != wanted).then(|| {
+                format!(
+                    "{name} is (type, key size, value size, entries, flags) {pinned:?}, not \
+                     {wanted:?}"
+                )
+            })
+        })
+    }
+
+    /// Moves this version's state out of the way, next to other versions' (its links stay
+    /// attached until it is removed like theirs); returns where it went.
+    pub fn set_aside(&self) -> io::Result<PathBuf> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        // bpffs refuses names with a dot.
+        let aside = self.root.join(format!("{}-invalid-{nanos}", self.version));
+        std::fs::rename(self.dir(), &aside)?;
+        Ok(aside)
     }
 
     /// The state of other versions under the same root.
@@ -103,6 +158,16 @@ mod tests {
         assert!(!state.links_complete(&["file_open"]));
         std::fs::write(state.link("file_open"), "").unwrap();
         assert!(state.links_complete(&["file_open"]));
+        // Maps not pinned yet are no mismatch; a pin that is not the map defined is.
+        assert_eq!(state.mismatch(crate::bpf::MAPS), None);
+        std::fs::create_dir_all(state.dir().join("maps")).unwrap();
+        std::fs::write(state.map("targets"), "").unwrap();
+        let mismatch = state.mismatch(crate::bpf::MAPS).expect("a file is no map");
+        assert!(mismatch.starts_with("targets: "), "{mismatch}");
+        let aside = state.set_aside().unwrap();
+        assert!(!state.dir().exists());
+        assert_eq!(state.others().unwrap().len(), 2);
+        assert!(state.others().unwrap().contains(&aside));
         remove(&root).unwrap();
         assert!(!root.exists());
     }

@@ -443,6 +443,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         enforcer.measure_cost()?;
     }
     let metrics = Arc::new(Metrics::new());
+    if enforcer.replaced_pinned_state() {
+        metrics.pinned_state_replaced.inc();
+    }
     let rule_host = RuleHost::new(Some(args.rules_cache.clone()))?;
     let cgroups = Hierarchy::find()?;
     let deciding = Deciding::new(

@@ -192,3 +192,55 @@ fn a_cgroup_armed_with_a_staged_policy_follows_its_next_version() {
     assert_eq!(probe(Some(&pod), &["read", first]), Answer::Ok);
     assert_eq!(probe(Some(&parent), &["read", second]), Answer::Ok);
 }
+
+#[test]
+fn pinned_state_that_does_not_match_is_replaced_without_a_moment_unprotected() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "corrupt");
+    let secret = file("/tmp/corrupt/secret");
+    let dir = fresh_dir("/tmp/corrupt-policies");
+    let bpffs = "/sys/fs/bpf/palisade-test-corrupt";
+    write_policy(
+        &format!("{dir}/app.yaml"),
+        "app",
+        target.path.to_str().unwrap(),
+        secret,
+    );
+    let agent = Agent::start(dir, bpffs, "corrupt-1");
+    eventually(&target, secret, &EPERM);
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    // Another map pinned in the place of `targets`.
+    let maps = Path::new(bpffs).join(object_version()).join("maps");
+    std::fs::rename(maps.join("stats"), maps.join("targets")).unwrap();
+    let prober = Prober::start(&target, secret, "/tmp/corrupt/stop");
+    let agent = Agent::start(dir, bpffs, "corrupt-2");
+    agent.wait_for_log("agent ready");
+    let (_, metrics) = super::observability::http_get("/metrics").unwrap();
+    assert!(
+        metrics.contains("palisade_pinned_state_replaced_total 1"),
+        "{metrics}"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert_never_allowed(&prober.finish());
+    // The state set aside went once this start enforced every policy; the new one enforces.
+    let versions: Vec<_> = std::fs::read_dir(bpffs)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(versions, [object_version().as_str()]);
+    assert_eq!(probe(Some(&target), &["read", secret]), EPERM);
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    assert!(
+        log.contains("the pinned state does not match this build"),
+        "{log}"
+    );
+    // A restart on the state it left adopts it as it is.
+    let agent = Agent::start(dir, bpffs, "corrupt-3");
+    agent.wait_for_log("agent ready");
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    assert!(!log.contains("does not match"), "{log}");
+    cleanup_agent(bpffs);
+}
