@@ -244,3 +244,49 @@ fn pinned_state_that_does_not_match_is_replaced_without_a_moment_unprotected() {
     assert!(!log.contains("does not match"), "{log}");
     cleanup_agent(bpffs);
 }
+
+#[test]
+fn an_agent_killed_before_during_or_after_a_policy_update_never_lets_through_what_both_deny() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "killed-update");
+    let shared = file("/tmp/killed-update/shared");
+    let versions = [
+        file("/tmp/killed-update/first"),
+        file("/tmp/killed-update/second"),
+    ];
+    let dir = fresh_dir("/tmp/killed-update-policies");
+    let bpffs = "/sys/fs/bpf/palisade-test-killed-update";
+    let policy_file = format!("{dir}/app.yaml");
+    let cgroup = target.path.to_str().unwrap();
+    let write_version = |index: usize| {
+        write_policy(
+            &policy_file,
+            "app",
+            cgroup,
+            &format!("{shared}, {}", versions[index % 2]),
+        )
+    };
+    write_version(0);
+    let agent = Agent::start(dir, bpffs, "killed-update");
+    eventually(&target, versions[0], &EPERM);
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    // Both versions deny `shared`: whatever moment the agent dies at, it stays denied.
+    let prober = Prober::start(&target, shared, "/tmp/killed-update/stop");
+    for (update, delay_ms) in [0, 1, 3, 10, 30, 100, 300].into_iter().enumerate() {
+        let agent = Agent::start(dir, bpffs, "killed-update");
+        agent.wait_for_log("agent ready");
+        write_version(update + 1);
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        agent.stop(libc::SIGKILL);
+    }
+    let agent = Agent::start(dir, bpffs, "killed-update");
+    agent.wait_for_log("agent ready");
+    // The last version written (the eighth: the second) is the one enforced.
+    eventually(&target, versions[1], &EPERM);
+    eventually(&target, versions[0], &Answer::Ok);
+    assert_never_allowed(&prober.finish());
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
+}
