@@ -8,7 +8,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use palisade_agent::bpf::{Enforcer, PinnedState, object_version};
+use palisade_agent::{
+    bpf::{Enforcer, PinnedState, object_version},
+    targets::Hierarchy,
+};
 use palisade_kernel_tests::{
     Answer, EPERM, Kernel, ProbeReport, Prober, deny_read, file, policy, probe,
 };
@@ -191,6 +194,58 @@ fn a_cgroup_armed_with_a_staged_policy_follows_its_next_version() {
     );
     assert_eq!(probe(Some(&pod), &["read", first]), Answer::Ok);
     assert_eq!(probe(Some(&parent), &["read", second]), Answer::Ok);
+    kernel.enforcer().unstage(parent.id, "pod").unwrap();
+}
+
+#[test]
+fn pods_created_while_their_policy_is_restaged_never_run_unconfined() {
+    let mut kernel = Kernel::new();
+    let parent = kernel.cgroup(None, "churn");
+    let shared = file("/tmp/churn/shared");
+    let versions = [
+        policy(
+            "pod",
+            &deny_read(&format!("{shared}, {}", file("/tmp/churn/a"))),
+        ),
+        policy(
+            "pod",
+            &deny_read(&format!("{shared}, {}", file("/tmp/churn/b"))),
+        ),
+    ];
+    for round in 0..20 {
+        let name = format!("pod-{round}");
+        kernel
+            .enforcer()
+            .stage(&parent, &name, versions[0].clone())
+            .unwrap();
+        // The kubelet creates the pod's cgroup and starts its first process while the agent
+        // stages one new version after another.
+        let creating = {
+            let (base, name) = (parent.path.clone(), name.clone());
+            std::thread::spawn(move || {
+                let pod = Hierarchy::find().unwrap().create(&base, &name).unwrap();
+                let first = probe(Some(&pod), &["read", shared]);
+                (pod, first)
+            })
+        };
+        let mut restaged = 0;
+        while !creating.is_finished() {
+            restaged += 1;
+            kernel
+                .enforcer()
+                .stage(&parent, &name, versions[restaged % 2].clone())
+                .unwrap();
+        }
+        let (pod, first) = creating.join().unwrap();
+        assert_eq!(first, EPERM, "round {round}: the pod's first process");
+        assert_eq!(
+            probe(Some(&pod), &["read", shared]),
+            EPERM,
+            "round {round}: after {restaged} versions staged"
+        );
+        kernel.enforcer().unstage(parent.id, &name).unwrap();
+        pod.remove().unwrap();
+    }
 }
 
 #[test]
