@@ -483,13 +483,7 @@ impl Enforcer {
             .chain(self.staged.values())
             .map(|installed| installed.policy_id)
             .collect();
-        let stale: Vec<u64> = self
-            .targets
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(_, target)| !live.contains(&target.policy_id))
-            .map(|(id, _)| id)
-            .collect();
+        let stale = self.targets_with(|policy_id| !live.contains(&policy_id));
         for id in &stale {
             self.targets.remove(id)?;
         }
@@ -727,17 +721,20 @@ impl Enforcer {
     /// no cgroup can be armed with it any more: the scan that follows finds every one.
     fn repoint_armed(&mut self, old: u32, new: u32) -> Result<(), MapError> {
         self.wait_for_running_programs()?;
-        let armed: Vec<u64> = self
-            .targets
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(_, target)| target.policy_id == old)
-            .map(|(id, _)| id)
-            .collect();
-        for id in armed {
+        for id in self.targets_with(|policy_id| policy_id == old) {
             self.targets.insert(id, Target { policy_id: new }, 0)?;
         }
         Ok(())
+    }
+
+    /// The cgroups in `targets` whose policy id `matches`.
+    fn targets_with(&self, matches: impl Fn(u32) -> bool) -> Vec<u64> {
+        self.targets
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, target)| matches(target.policy_id))
+            .map(|(id, _)| id)
+            .collect()
     }
 
     /// Stops arming the cgroup `name` below `parent_id`. Call it once the cgroup has its own
