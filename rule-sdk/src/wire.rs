@@ -48,13 +48,16 @@ pub fn as_passed(event: Event<'_>, reads_json: bool) -> Event<'_> {
     }
 }
 
-/// The bytes of text that `push_event` appends for `event`.
+/// The bytes of text an event's strings take, at most.
 pub fn text_len(event: &Event<'_>) -> usize {
     fields(event).iter().map(|field| field.len()).sum()
 }
 
+/// Strings an event has.
+const FIELDS: usize = 7;
+
 /// An event's strings, in the order they cross.
-fn fields<'a>(event: &Event<'a>) -> [&'a str; 7] {
+fn fields<'a>(event: &Event<'a>) -> [&'a str; FIELDS] {
     [
         event.hook,
         event.action,
@@ -66,12 +69,37 @@ fn fields<'a>(event: &Event<'a>) -> [&'a str; 7] {
     ]
 }
 
-/// Appends `event` to a batch.
-pub fn push_event(text: &mut String, words: &mut Vec<u32>, event: &Event<'_>) {
-    for field in fields(event) {
-        append(text, words, field);
+/// A batch of events as `decide` takes them, built one event after another. A string that is
+/// the previous event's (the same one in memory: a hook's name, a policy's) is named by the
+/// same span instead of crossing again.
+pub struct Batch<'a> {
+    pub text: String,
+    pub words: Vec<u32>,
+    /// The previous event's strings, and their spans.
+    previous: [(&'a str, [u32; 2]); FIELDS],
+}
+
+impl<'a> Batch<'a> {
+    /// Room for `events` events whose strings take `text` bytes at most.
+    pub fn with_capacity(events: usize, text: usize) -> Self {
+        Self {
+            text: String::with_capacity(text),
+            words: Vec::with_capacity(events * EVENT_WORDS),
+            previous: [("", [0, 0]); FIELDS],
+        }
     }
-    words.extend([event.pid, event.uid]);
+
+    pub fn push(&mut self, event: &Event<'a>) {
+        for (field, previous) in fields(event).into_iter().zip(&mut self.previous) {
+            if !std::ptr::eq(field, previous.0) {
+                let start = self.text.len() as u32;
+                self.text.push_str(field);
+                *previous = (field, [start, field.len() as u32]);
+            }
+            self.words.extend(previous.1);
+        }
+        self.words.extend([event.pid, event.uid]);
+    }
 }
 
 /// The events of a batch. A span outside `text` (which the agent never passes) reads as "".
@@ -220,12 +248,16 @@ mod tests {
         };
         assert_eq!(as_passed(event, true), event);
         assert_eq!(as_passed(event, false), Event { json: "", ..event });
-        let (mut text, mut words) = (String::new(), Vec::new());
+        let mut batch = Batch::with_capacity(2, text_len(&event) + text_len(&other));
         for event in [&event, &other] {
-            push_event(&mut text, &mut words, event);
+            batch.push(event);
         }
-        assert_eq!(text.len(), text_len(&event) + text_len(&other));
-        assert_eq!(events(&text, &words).collect::<Vec<_>>(), [event, other]);
+        // The strings `other` took from `event` crossed once.
+        assert_eq!(batch.text.len(), text_len(&event) + other.path.len());
+        assert_eq!(
+            events(&batch.text, &batch.words).collect::<Vec<_>>(),
+            [event, other]
+        );
         // A span outside the text, or inside a character, reads as "".
         let words = [[0, 99], [15, 2]].concat();
         let mut words = [words.as_slice(), &[0; EVENT_WORDS - 4]].concat();

@@ -98,15 +98,32 @@ impl Added {
         } else {
             self.tags.extend(tags);
         }
-        for (key, value) in verdict.annotations {
-            match self
+        if self.annotations.is_empty() {
+            // The verdict's list again, by key; of a key it gives twice, the later value.
+            self.annotations = verdict
                 .annotations
-                .binary_search_by(|(known, _)| known.as_str().cmp(&key))
-            {
-                Ok(at) => self.annotations[at].1 = value.into_owned(),
-                Err(at) => self
+                .into_iter()
+                .map(|(key, value)| (key.into_owned(), value.into_owned()))
+                .collect();
+            self.annotations.sort_by(|(a, _), (b, _)| a.cmp(b));
+            self.annotations.dedup_by(|later, kept| {
+                let same = later.0 == kept.0;
+                if same {
+                    std::mem::swap(&mut later.1, &mut kept.1);
+                }
+                same
+            });
+        } else {
+            for (key, value) in verdict.annotations {
+                match self
                     .annotations
-                    .insert(at, (key.into_owned(), value.into_owned())),
+                    .binary_search_by(|(known, _)| known.as_str().cmp(&key))
+                {
+                    Ok(at) => self.annotations[at].1 = value.into_owned(),
+                    Err(at) => self
+                        .annotations
+                        .insert(at, (key.into_owned(), value.into_owned())),
+                }
             }
         }
     }
@@ -117,11 +134,12 @@ const SEVERITIES: [&str; 5] = ["info", "low", "medium", "high", "critical"];
 
 /// The event as modules see it; its JSON (written for the purpose) only if `json`.
 fn module_event(event: &AuditEvent, json: bool) -> Event<'_> {
+    let naming = &event.naming;
     Event {
-        hook: event.hook,
-        action: event.action,
-        policy: event.policy.as_deref().unwrap_or_default(),
-        rule: event.rule.as_deref().unwrap_or_default(),
+        hook: naming.hook,
+        action: naming.action,
+        policy: naming.policy.as_deref().unwrap_or_default(),
+        rule: naming.rule.as_deref().unwrap_or_default(),
         pid: event.pid,
         uid: event.uid,
         comm: &event.comm,
@@ -350,8 +368,9 @@ mod tests {
             Verdict::keep()
                 .severity(Severity::High)
                 .tag("b")
-                .annotate("zone", "1")
-                .annotate("attempt", "cat"),
+                .annotate("zone", "0")
+                .annotate("attempt", "cat")
+                .annotate("zone", "1"),
         );
         added.add(
             Verdict::keep()

@@ -133,7 +133,7 @@ async fn deliver(mut client: Client, mut pending: mpsc::Receiver<Bytes>, metrics
 
 /// Falco's priority for a decision.
 fn priority(event: &AuditEvent) -> &'static str {
-    match (event.rule.as_deref(), event.action) {
+    match (event.naming.rule.as_deref(), event.naming.action) {
         (Some(SELF_PROTECTION), _) => "Critical",
         (_, "deny") => "Warning",
         _ => "Notice",
@@ -180,10 +180,11 @@ fn falco_failure(failure: &ModuleFailure) -> Value {
 
 /// The event in Falco's JSON output format: what Falcosidekick accepts on `POST /`.
 fn falco_output(event: &AuditEvent) -> Value {
-    let rule = event.rule.as_deref().unwrap_or("unknown");
+    let naming = &event.naming;
+    let rule = naming.rule.as_deref().unwrap_or("unknown");
     let rule_class = HOOKS
         .iter()
-        .find(|hook| hook.name == event.hook)
+        .find(|hook| hook.name == naming.hook)
         .map_or("unknown", |hook| hook.rule_class);
     let object = match (&event.socket, &event.capability, &event.fs_type) {
         (Some(socket), _, _) if socket.address.is_some() => format!(
@@ -195,7 +196,7 @@ fn falco_output(event: &AuditEvent) -> Value {
         (_, _, Some(fs_type)) => fs_type.clone(),
         _ => event.path.clone(),
     };
-    let verb = if event.action == "deny" {
+    let verb = if naming.action == "deny" {
         "denied"
     } else {
         "audited"
@@ -212,7 +213,7 @@ fn falco_output(event: &AuditEvent) -> Value {
                 .unwrap_or_default();
             format!("pod {namespace}/{pod}{container}")
         }
-        None => event
+        None => naming
             .target
             .cgroup_path
             .as_deref()
@@ -222,15 +223,15 @@ fn falco_output(event: &AuditEvent) -> Value {
     let output = format!(
         "{} {verb} {} {object} by {} (pid {}, uid {}) in {place} (policy {}, rule {rule})",
         priority(event),
-        event.hook,
+        naming.hook,
         event.comm,
         event.pid,
         event.uid,
-        event.policy.as_deref().unwrap_or("unknown"),
+        naming.policy.as_deref().unwrap_or("unknown"),
     );
     // Falco's own field names where one means the same, Palisade's for the rest.
     let mut fields = Map::new();
-    fields.insert("evt.type".to_owned(), json!(event.hook));
+    fields.insert("evt.type".to_owned(), json!(naming.hook));
     fields.insert("proc.name".to_owned(), json!(event.comm));
     fields.insert("proc.pid".to_owned(), json!(event.pid));
     fields.insert("thread.tid".to_owned(), json!(event.tid));
@@ -256,8 +257,8 @@ fn falco_output(event: &AuditEvent) -> Value {
         "rule": rule,
         "time": event.time,
         "source": "palisade",
-        "hostname": event.node,
-        "tags": ["palisade", event.action, rule_class],
+        "hostname": naming.node,
+        "tags": ["palisade", naming.action, rule_class],
         "output_fields": fields,
     })
 }
@@ -275,21 +276,25 @@ mod tests {
     use hyper_util::rt::TokioIo;
 
     use super::*;
-    use crate::events::EventTarget;
+    use crate::events::{Device, EventTarget, Naming};
 
     fn event(path: &str) -> AuditEvent {
         AuditEvent {
-            time: "2026-11-22T05:00:00.000000001Z".to_owned(),
-            node: "node-1".into(),
-            hook: "file_open",
-            action: "deny",
-            policy: Some("app".into()),
-            rule: Some("no-shadow".into()),
-            rule_id: 1,
-            target: EventTarget {
-                cgroup_id: 42,
-                cgroup_path: Some("/sys/fs/cgroup/app".into()),
-            },
+            time: crate::events::rfc3339_nanos(
+                std::time::SystemTime::UNIX_EPOCH + Duration::from_nanos(1_795_323_600_000_000_001),
+            ),
+            naming: Arc::new(Naming::new(
+                "node-1".into(),
+                "file_open",
+                "deny",
+                Some("app".into()),
+                Some("no-shadow".into()),
+                1,
+                EventTarget {
+                    cgroup_id: 42,
+                    cgroup_path: Some("/sys/fs/cgroup/app".into()),
+                },
+            )),
             cgroup_id: 42,
             kubernetes: None,
             pid: 100,
@@ -297,7 +302,7 @@ mod tests {
             uid: 0,
             comm: "cat".to_owned(),
             path: path.to_owned(),
-            dev: "0:1".to_owned(),
+            dev: Device(1),
             ino: 7,
             permissions: &["read"],
             errno: 1,
@@ -364,7 +369,9 @@ mod tests {
     fn module_failures_are_reported_as_errors() {
         let output = falco_failure(&ModuleFailure {
             kind: "rule_module_failure",
-            time: "2026-11-22T05:00:00Z".to_owned(),
+            time: crate::events::rfc3339_nanos(
+                std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_323_600),
+            ),
             node: "node-1".to_owned(),
             module: "egress".to_owned(),
             failure: "timeout",

@@ -3,7 +3,7 @@
 //! fraction of the cost: serde_json escapes every key of every event, which under a flood of
 //! denials cost more than everything else the decoder does.
 
-use super::{Added, AuditEvent};
+use super::{Added, AuditEvent, Device, Naming};
 
 /// One JSON object being written, its fields in the order they are given.
 struct Object<'a> {
@@ -14,6 +14,11 @@ struct Object<'a> {
 impl<'a> Object<'a> {
     fn open(out: &'a mut Vec<u8>) -> Self {
         out.push(b'{');
+        Self { out, empty: true }
+    }
+
+    /// Writes the members of an object whose braces are written elsewhere.
+    fn members(out: &'a mut Vec<u8>) -> Self {
         Self { out, empty: true }
     }
 
@@ -55,15 +60,10 @@ impl<'a> Object<'a> {
         string(self.key(key), value);
     }
 
-    /// A string with nothing to escape: one the agent made (a name from its tables, a time, a
-    /// device number).
+    /// A string with nothing to escape: one the agent made (a name from its tables, a time).
     #[inline(always)]
     fn plain(&mut self, key: &str, value: &str) {
-        debug_assert!(value.bytes().all(|byte| ESCAPE[usize::from(byte)] == 0));
-        let out = self.key(key);
-        out.push(b'"');
-        out.extend_from_slice(value.as_bytes());
-        out.push(b'"');
+        plain(self.key(key), value);
     }
 
     /// `null` for none, as serde writes an `Option` it does not skip.
@@ -82,14 +82,30 @@ impl<'a> Object<'a> {
         self.key(key).extend_from_slice(text.as_bytes());
     }
 
-    fn strings<'s>(&mut self, key: &str, values: impl IntoIterator<Item = &'s str>) {
+    /// A device, "major:minor".
+    fn device(&mut self, key: &str, device: Device) {
+        let out = self.key(key);
+        out.push(b'"');
+        out.extend_from_slice(itoa::Buffer::new().format(device.major()).as_bytes());
+        out.push(b':');
+        out.extend_from_slice(itoa::Buffer::new().format(device.minor()).as_bytes());
+        out.push(b'"');
+    }
+
+    /// A list of strings, each written by `write`: `string`, or `plain` for the agent's own.
+    fn strings<'s>(
+        &mut self,
+        key: &str,
+        values: impl IntoIterator<Item = &'s str>,
+        write: fn(&mut Vec<u8>, &str),
+    ) {
         let out = self.key(key);
         out.push(b'[');
         for (index, value) in values.into_iter().enumerate() {
             if index > 0 {
                 out.push(b',');
             }
-            string(out, value);
+            write(out, value);
         }
         out.push(b']');
     }
@@ -145,6 +161,15 @@ fn needs_escape(bytes: &[u8]) -> bool {
     (0..bytes.len() / 8).any(|index| word(8 * index)) || word(bytes.len() - 8)
 }
 
+/// A JSON string with nothing to escape: one the agent made (a name from its tables, a time).
+#[inline(always)]
+fn plain(out: &mut Vec<u8>, value: &str) {
+    debug_assert!(!needs_escape(value.as_bytes()));
+    out.push(b'"');
+    out.extend_from_slice(value.as_bytes());
+    out.push(b'"');
+}
+
 /// A JSON string, escaped as serde_json escapes it.
 fn string(out: &mut Vec<u8>, value: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -174,21 +199,31 @@ fn string(out: &mut Vec<u8>, value: &str) {
     out.push(b'"');
 }
 
+impl Naming {
+    /// The fields as the members of a JSON object.
+    pub(super) fn members_json(&self) -> String {
+        let mut out = Vec::with_capacity(256);
+        let mut naming = Object::members(&mut out);
+        naming.str("node", &self.node);
+        naming.plain("hook", self.hook);
+        naming.plain("action", self.action);
+        naming.str_or_null("policy", self.policy.as_deref());
+        naming.str_or_null("rule", self.rule.as_deref());
+        naming.number("rule_id", self.rule_id);
+        let mut target = naming.object("target");
+        target.number("cgroup_id", self.target.cgroup_id);
+        target.str_or_null("cgroup_path", self.target.cgroup_path.as_deref());
+        target.close();
+        String::from_utf8(out).expect("JSON of strings is UTF-8")
+    }
+}
+
 impl AuditEvent {
     /// The event as the kernel reported it and the decoder named it: every field but `added`.
     pub(super) fn write_facts(&self, out: &mut Vec<u8>) {
         let mut event = Object::open(out);
-        event.plain("time", &self.time);
-        event.str("node", &self.node);
-        event.plain("hook", self.hook);
-        event.plain("action", self.action);
-        event.str_or_null("policy", self.policy.as_deref());
-        event.str_or_null("rule", self.rule.as_deref());
-        event.number("rule_id", self.rule_id);
-        let mut target = event.object("target");
-        target.number("cgroup_id", self.target.cgroup_id);
-        target.str_or_null("cgroup_path", self.target.cgroup_path.as_deref());
-        target.close();
+        event.plain("time", self.time.as_str());
+        event.next().extend_from_slice(self.naming.json.as_bytes());
         event.number("cgroup_id", self.cgroup_id);
         if let Some(pod) = &self.kubernetes {
             let mut kubernetes = event.object("kubernetes");
@@ -204,9 +239,9 @@ impl AuditEvent {
         event.number("uid", self.uid);
         event.str("comm", &self.comm);
         event.str("path", &self.path);
-        event.plain("dev", &self.dev);
+        event.device("dev", self.dev);
         event.number("ino", self.ino);
-        event.strings("permissions", self.permissions.iter().copied());
+        event.strings("permissions", self.permissions.iter().copied(), plain);
         event.number("errno", self.errno);
         if self.suppressed != 0 {
             event.number("suppressed", self.suppressed);
@@ -235,8 +270,8 @@ impl AuditEvent {
             }
             object.close();
         }
-        if let Some(rdev) = &self.rdev {
-            event.str("rdev", rdev);
+        if let Some(rdev) = self.rdev {
+            event.device("rdev", rdev);
         }
         if let Some(arg) = self.arg {
             event.number("arg", arg);
@@ -261,10 +296,10 @@ impl AuditEvent {
             killed,
         } = &self.added;
         if let Some(severity) = severity {
-            event.str("severity", severity);
+            event.plain("severity", severity);
         }
         if !tags.is_empty() {
-            event.strings("tags", tags.iter().map(String::as_str));
+            event.strings("tags", tags.iter().map(String::as_str), string);
         }
         if !annotations.is_empty() {
             let mut object = event.object("annotations");

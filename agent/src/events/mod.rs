@@ -38,14 +38,9 @@ use crate::{
 /// One audit event as written out (one JSON object per line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AuditEvent {
-    pub time: String,
-    pub node: Arc<str>,
-    pub hook: &'static str,
-    pub action: &'static str,
-    pub policy: Option<Arc<str>>,
-    pub rule: Option<Arc<str>>,
-    pub rule_id: u32,
-    pub target: EventTarget,
+    pub time: Timestamp,
+    #[serde(flatten)]
+    pub naming: Arc<Naming>,
     pub cgroup_id: u64,
     /// The pod (and container) of the process, in Kubernetes.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -57,8 +52,8 @@ pub struct AuditEvent {
     pub uid: u32,
     pub comm: String,
     pub path: String,
-    /// "major:minor" of the file's device.
-    pub dev: String,
+    /// The file's device.
+    pub dev: Device,
     pub ino: u64,
     pub permissions: &'static [&'static str],
     /// The errno returned to the caller (1 = EPERM), 0 if the operation was allowed.
@@ -81,9 +76,9 @@ pub struct AuditEvent {
     /// Socket hooks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub socket: Option<SocketInfo>,
-    /// A device file: "major:minor" of the device it stands for.
+    /// A device file: the device it stands for.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rdev: Option<String>,
+    pub rdev: Option<Device>,
     /// path_chmod: the mode; bpf: the command; ptrace_access_check: the mode;
     /// socket_setsockopt: level << 16 | option; socket_create: the type.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -95,6 +90,47 @@ pub struct AuditEvent {
     /// what `write_json` starts from.
     #[serde(skip)]
     facts: OnceLock<String>,
+}
+
+/// What names an event: where it happened, and the policy and rule it is about. The events of a
+/// batch with the same policy, rule, hook and target share one, whose JSON is written once.
+#[derive(Debug, PartialEq, Eq, Serialize)]
+pub struct Naming {
+    pub node: Arc<str>,
+    pub hook: &'static str,
+    pub action: &'static str,
+    pub policy: Option<Arc<str>>,
+    pub rule: Option<Arc<str>>,
+    pub rule_id: u32,
+    pub target: EventTarget,
+    /// The fields above as the members of a JSON object (no braces), written when it is made.
+    #[serde(skip)]
+    json: String,
+}
+
+impl Naming {
+    pub fn new(
+        node: Arc<str>,
+        hook: &'static str,
+        action: &'static str,
+        policy: Option<Arc<str>>,
+        rule: Option<Arc<str>>,
+        rule_id: u32,
+        target: EventTarget,
+    ) -> Self {
+        let mut naming = Self {
+            node,
+            hook,
+            action,
+            policy,
+            rule,
+            rule_id,
+            target,
+            json: String::new(),
+        };
+        naming.json = naming.members_json();
+        naming
+    }
 }
 
 /// What rule modules add to an event.
@@ -131,7 +167,7 @@ pub struct ModuleFailure {
     /// Always "rule_module_failure": what tells these lines from audit events.
     #[serde(rename = "type")]
     pub kind: &'static str,
-    pub time: String,
+    pub time: Timestamp,
     pub node: String,
     pub module: String,
     /// timeout, memory, stack_overflow, trap, malformed or missing.
@@ -164,20 +200,62 @@ fn is_zero(count: &u32) -> bool {
     *count == 0
 }
 
-fn device(encoded: u32) -> String {
-    let mut major = itoa::Buffer::new();
-    let mut minor = itoa::Buffer::new();
-    [
-        major.format(encoded >> 20),
-        ":",
-        minor.format(encoded & 0xfffff),
-    ]
-    .concat()
+/// A device number as the kernel encodes it (major << 20 | minor), written "major:minor".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Device(pub u32);
+
+impl Device {
+    pub fn major(self) -> u32 {
+        self.0 >> 20
+    }
+
+    pub fn minor(self) -> u32 {
+        self.0 & 0xfffff
+    }
 }
 
-/// `time` in RFC 3339 with nanoseconds, in UTC ("2026-11-25T15:28:10.000000001Z"), as
-/// `humantime::format_rfc3339_nanos` writes it.
-fn rfc3339_nanos(time: SystemTime) -> String {
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.major(), self.minor())
+    }
+}
+
+impl Serialize for Device {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// A time in RFC 3339 with nanoseconds, in UTC ("2026-11-25T15:28:10.000000001Z"), as
+/// `humantime::format_rfc3339_nanos` writes it; its text kept in place (every event has one).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Timestamp([u8; 30]);
+
+impl Timestamp {
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("digits and ASCII signs")
+    }
+}
+
+impl std::fmt::Debug for Timestamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
+impl std::fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+fn rfc3339_nanos(time: SystemTime) -> Timestamp {
     Rfc3339::default().format(time)
 }
 
@@ -198,7 +276,7 @@ fn digits(text: &mut [u8], end: usize, mut value: u64, width: usize) {
 }
 
 impl Rfc3339 {
-    fn format(&mut self, time: SystemTime) -> String {
+    fn format(&mut self, time: SystemTime) -> Timestamp {
         let since_epoch = time
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default();
@@ -214,7 +292,7 @@ impl Rfc3339 {
         let mut text = *b"0000-00-00T00:00:00.000000000Z";
         text[..19].copy_from_slice(&date_time);
         digits(&mut text, 29, u64::from(since_epoch.subsec_nanos()), 9);
-        String::from_utf8(text.to_vec()).expect("digits are ASCII")
+        Timestamp(text)
     }
 }
 
@@ -252,12 +330,16 @@ pub struct EventTarget {
     pub cgroup_path: Option<Arc<str>>,
 }
 
+/// What an event's `Naming` is made of: (policy id, rule id, hook, action, target cgroup).
+type NamingKey = (u32, u32, u32, u32, u64);
+
 /// What the events of a batch mostly share, looked up once: their policy, their pod, their
 /// second. A policy or pod changed during the batch is seen from the next one, as if the batch
 /// had been decoded at once.
 #[derive(Default)]
 struct Recent {
     policy: Option<(u32, Option<Arc<InstalledPolicy>>)>,
+    naming: Option<(NamingKey, Arc<Naming>)>,
     /// By (cgroup, target cgroup).
     pod: Option<((u64, u64), Option<PodIdentity>)>,
     time: Rfc3339,
@@ -331,6 +413,21 @@ impl Decoder {
         );
     }
 
+    fn naming(&self, event: &Event, installed: Option<&InstalledPolicy>) -> Naming {
+        Naming::new(
+            self.node.clone(),
+            hook_name(event.hook),
+            action_name(event.action),
+            installed.map(|installed| installed.name().clone()),
+            installed.and_then(|installed| installed.rule_name(event.rule_id).cloned()),
+            event.rule_id,
+            EventTarget {
+                cgroup_id: event.target_cgroup_id,
+                cgroup_path: installed.map(|installed| installed.target_path().clone()),
+            },
+        )
+    }
+
     fn decode_one(&self, event: &Event, recent: &mut Recent) -> Decoded {
         let installed = match &recent.policy {
             Some((id, installed)) if *id == event.policy_id => installed.clone(),
@@ -352,26 +449,27 @@ impl Decoder {
                 pod
             }
         };
+        let named: NamingKey = (
+            event.policy_id,
+            event.rule_id,
+            event.hook,
+            event.action,
+            event.target_cgroup_id,
+        );
+        let naming = match &recent.naming {
+            Some((known, naming)) if *known == named => naming.clone(),
+            _ => {
+                let naming = Arc::new(self.naming(event, installed.as_deref()));
+                recent.naming = Some((named, naming.clone()));
+                naming
+            }
+        };
         let hook = event.hook;
-        let rule = installed
-            .as_ref()
-            .and_then(|installed| installed.rule_name(event.rule_id));
         let event = AuditEvent {
             time: recent
                 .time
                 .format(self.boot_time + Duration::from_nanos(event.time_ns)),
-            node: self.node.clone(),
-            hook: hook_name(event.hook),
-            action: action_name(event.action),
-            policy: installed.as_ref().map(|installed| installed.name().clone()),
-            rule: rule.cloned(),
-            rule_id: event.rule_id,
-            target: EventTarget {
-                cgroup_id: event.target_cgroup_id,
-                cgroup_path: installed
-                    .as_ref()
-                    .map(|installed| installed.target_path().clone()),
-            },
+            naming,
             cgroup_id: event.cgroup_id,
             kubernetes,
             pid: event.pid,
@@ -379,7 +477,7 @@ impl Decoder {
             uid: event.uid,
             comm: c_string(&event.comm),
             path: c_string(&event.path),
-            dev: device(event.dev),
+            dev: Device(event.dev),
             ino: event.ino,
             permissions: permission_names(event.perms),
             errno: -event.error,
@@ -408,7 +506,7 @@ impl Decoder {
                     port: destination.then_some(event.port),
                 }
             }),
-            rdev: (event.rdev != 0).then(|| device(event.rdev)),
+            rdev: (event.rdev != 0).then_some(Device(event.rdev)),
             arg: matches!(
                 hook,
                 HOOK_PATH_CHMOD
@@ -459,10 +557,10 @@ mod tests {
         ] {
             let time = SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos);
             let expected = humantime::format_rfc3339_nanos(time).to_string();
-            assert_eq!(rfc3339_nanos(time), expected);
-            assert_eq!(batch.format(time), expected);
+            assert_eq!(rfc3339_nanos(time).as_str(), expected);
+            assert_eq!(batch.format(time).as_str(), expected);
         }
-        assert_eq!(device(8 << 20 | 17), "8:17");
+        assert_eq!(Device(8 << 20 | 17).to_string(), "8:17");
     }
 
     #[test]
@@ -515,9 +613,9 @@ mod tests {
             .map(|decoded| {
                 let event = &decoded.event;
                 (
-                    event.policy.as_deref(),
+                    event.naming.policy.as_deref(),
                     event.kubernetes.as_ref(),
-                    event.time.clone(),
+                    event.time,
                 )
             })
             .collect();
@@ -562,12 +660,18 @@ mod tests {
 
         // Every optional field, and what modules add.
         let mut event = AuditEvent {
-            policy: Some("app".into()),
-            rule: Some("no-\"x\"".into()),
-            target: EventTarget {
-                cgroup_id: 9,
-                cgroup_path: Some("/sys/fs/cgroup/app".into()),
-            },
+            naming: Arc::new(Naming::new(
+                "node\t1".into(),
+                "file_open",
+                "deny",
+                Some("app".into()),
+                Some("no-\"x\"".into()),
+                7,
+                EventTarget {
+                    cgroup_id: 9,
+                    cgroup_path: Some("/sys/fs/cgroup/app".into()),
+                },
+            )),
             kubernetes: Some(PodIdentity {
                 namespace: "default".to_owned(),
                 pod: "web-0".to_owned(),
@@ -584,7 +688,7 @@ mod tests {
                 address: Some("10.0.0.1".to_owned()),
                 port: Some(443),
             }),
-            rdev: Some("1:3".to_owned()),
+            rdev: Some(Device(1 << 20 | 3)),
             arg: Some(u32::MAX),
             errno: -1,
             facts: OnceLock::new(),

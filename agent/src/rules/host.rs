@@ -43,8 +43,10 @@ pub const ABI_VERSION: &str = "0.3.0";
 
 /// Memory one instance may grow to.
 const MEMORY_LIMIT: usize = 64 << 20;
-/// The unit of time budgets: how often the engine's epoch advances (see `Epoch`).
-const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// The unit of time budgets: how often the engine's epoch advances (see `Epoch`). Each tick
+/// wakes a thread while modules are called, under a flood of events too: a call overruns its
+/// budget by less than a tick, 10% of `DECIDE_BUDGET`.
+const EPOCH_TICK: Duration = Duration::from_millis(20);
 /// Time one `compile` call may take.
 const COMPILE_BUDGET: Duration = Duration::from_secs(2);
 /// Time one `decide` call (a batch of events) may take.
@@ -129,7 +131,7 @@ pub(super) struct State {
 }
 
 /// The engine's epoch advances every `EPOCH_TICK`, and stops after `PARK_AFTER` without a call
-/// into a module until the next one: an idle agent is not woken 200 times a second, and a busy
+/// into a module until the next one: an idle agent is not woken 50 times a second, and a busy
 /// one starts its calls without a system call.
 #[derive(Default)]
 struct Epoch {
@@ -583,16 +585,18 @@ impl LoadedModule {
     }
 }
 
-/// A batch as a component's `decide` takes it: the events' strings one after another in one
-/// text, and their numbers and spans of the text in words; their JSON only if `json`.
-fn pack(events: &[Event<'_>], json: bool) -> (String, Vec<u32>) {
+/// A batch as a component's `decide` takes it: the events' strings in one text, and their
+/// numbers and spans of the text in words; their JSON only if `json`.
+fn pack<'a>(events: &[Event<'a>], json: bool) -> wire::Batch<'a> {
     let events = events.iter().map(|&event| wire::as_passed(event, json));
-    let mut text = String::with_capacity(events.clone().map(|event| wire::text_len(&event)).sum());
-    let mut words = Vec::with_capacity(events.len() * wire::EVENT_WORDS);
+    let mut batch = wire::Batch::with_capacity(
+        events.len(),
+        events.clone().map(|event| wire::text_len(&event)).sum(),
+    );
     for event in events {
-        wire::push_event(&mut text, &mut words, &event);
+        batch.push(&event);
     }
-    (text, words)
+    batch
 }
 
 impl ModuleInstance {
@@ -628,9 +632,9 @@ impl ModuleInstance {
         let store = &mut self.store;
         let verdicts = match &self.running {
             Running::Component { rule, reads_json } => {
-                let (text, events) = pack(events, *reads_json);
+                let batch = pack(events, *reads_json);
                 let packed = rule
-                    .call_decide(store, config, &text, &events)
+                    .call_decide(store, config, &batch.text, &batch.words)
                     .map_err(ModuleError::failed)?;
                 wire::unpack(&wire::Packed {
                     verdicts: packed.verdicts,

@@ -308,8 +308,8 @@ pub fn assert_denied_once(
     let events = kernel.events();
     assert_eq!(events.len(), 1, "{rule}: {args:?}: {events:#?}");
     let event = events.into_iter().next().expect("one event");
-    assert_eq!(event.rule.as_deref(), Some(rule), "{event:#?}");
-    assert_eq!(event.action, "deny", "{event:#?}");
+    assert_eq!(event.naming.rule.as_deref(), Some(rule), "{event:#?}");
+    assert_eq!(event.naming.action, "deny", "{event:#?}");
     event
 }
 

@@ -135,7 +135,11 @@ fn process_in_child_cgroup_of_target_is_covered() {
     assert_eq!(probe(Some(&nested), &["read", secret]), EPERM);
     let events = kernel.events();
     assert_eq!(events.len(), 2);
-    assert!(events.iter().all(|event| event.target.cgroup_id == pod.id));
+    assert!(
+        events
+            .iter()
+            .all(|event| event.naming.target.cgroup_id == pod.id)
+    );
     assert_eq!(events[0].cgroup_id, container.id);
     // A deeper target's own policy takes precedence over its ancestor's.
     kernel.apply(&container, policy("container", "    files: []\n"));
@@ -156,14 +160,14 @@ fn audit_rule_allows_and_emits_one_event() {
     assert_eq!(events.len(), 1, "{events:?}");
     let event = &events[0];
     let metadata = std::fs::metadata(watched).unwrap();
-    assert_eq!(event.action, "audit");
-    assert_eq!(event.hook, "file_open");
-    assert_eq!(event.policy.as_deref(), Some("audit-policy"));
-    assert_eq!(event.rule.as_deref(), Some("watch"));
+    assert_eq!(event.naming.action, "audit");
+    assert_eq!(event.naming.hook, "file_open");
+    assert_eq!(event.naming.policy.as_deref(), Some("audit-policy"));
+    assert_eq!(event.naming.rule.as_deref(), Some("watch"));
     assert_eq!(event.path, watched);
     assert_eq!(event.ino, metadata.ino());
     assert_eq!(
-        event.dev,
+        event.dev.to_string(),
         format!(
             "{}:{}",
             libc::major(metadata.dev()),
@@ -173,12 +177,12 @@ fn audit_rule_allows_and_emits_one_event() {
     assert_eq!(event.errno, 0);
     assert_eq!(event.comm, "probe");
     assert_eq!(event.permissions, ["read"]);
-    assert_eq!(event.target.cgroup_id, target.id);
+    assert_eq!(event.naming.target.cgroup_id, target.id);
     assert_eq!(
-        event.target.cgroup_path.as_deref(),
+        event.naming.target.cgroup_path.as_deref(),
         Some(target.path.to_str().unwrap())
     );
-    assert_eq!(&*event.node, "palisade-vm");
+    assert_eq!(&*event.naming.node, "palisade-vm");
     // Outside the target: no event.
     assert_eq!(probe(None, &["read", watched]), Answer::Ok);
     assert!(kernel.events().is_empty());
@@ -197,7 +201,7 @@ fn denial_emits_an_event_with_errno() {
     child.wait().unwrap();
     let events = kernel.events();
     assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(events[0].action, "deny");
+    assert_eq!(events[0].naming.action, "deny");
     assert_eq!(events[0].errno, libc::EPERM);
     assert_eq!(events[0].pid, pid);
     assert_eq!(events[0].tid, pid, "the probe is single-threaded");
@@ -353,7 +357,10 @@ fn ten_thousand_rule_policy_loads_and_denies() {
     assert_eq!(probe(None, &["read", denied]), Answer::Ok);
     let events = kernel.events();
     assert_eq!(events.len(), 1);
-    assert_eq!(events[0].rule.as_deref(), Some("customRules.files[7777]"));
+    assert_eq!(
+        events[0].naming.rule.as_deref(),
+        Some("customRules.files[7777]")
+    );
 }
 
 fn write_policy(path: &str, name: &str, cgroup: &str, denied: &str) {
@@ -627,8 +634,11 @@ fn exec_rules_cover_descriptors_the_dynamic_loader_and_executable_mappings() {
         Answer::Ok,
         "reading is not executing"
     );
-    let hooks: std::collections::BTreeSet<&str> =
-        kernel.events().iter().map(|event| event.hook).collect();
+    let hooks: std::collections::BTreeSet<&str> = kernel
+        .events()
+        .iter()
+        .map(|event| event.naming.hook)
+        .collect();
     assert_eq!(
         hooks.into_iter().collect::<Vec<_>>(),
         ["bprm_check_security", "mmap_file"]
@@ -663,7 +673,14 @@ fn targets_cannot_signal_or_trace_the_enforcing_process() {
     let events = kernel.events();
     let seen: Vec<_> = events
         .iter()
-        .map(|e| (e.hook, e.rule.as_deref(), e.object_pid, e.signal))
+        .map(|e| {
+            (
+                e.naming.hook,
+                e.naming.rule.as_deref(),
+                e.object_pid,
+                e.signal,
+            )
+        })
         .collect();
     assert_eq!(
         seen,

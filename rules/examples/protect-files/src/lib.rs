@@ -49,8 +49,14 @@ impl Rule for ProtectFiles {
         // "comm (uid N) on path", allocated once and appended piece by piece: `format!` would
         // grow it as it goes and run the formatting machinery for every piece (and `concat`,
         // generic over separators, costs twice these appends).
-        let uid = event.uid.to_string();
-        let pieces = [event.comm, " (uid ", &uid, ") on ", event.path];
+        let mut uid = itoa::Buffer::new();
+        let pieces = [
+            event.comm,
+            " (uid ",
+            uid.format(event.uid),
+            ") on ",
+            event.path,
+        ];
         let mut attempt = String::with_capacity(pieces.iter().map(|piece| piece.len()).sum());
         for piece in pieces {
             attempt.push_str(piece);

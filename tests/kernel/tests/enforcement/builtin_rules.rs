@@ -187,7 +187,11 @@ fn disallow_debug_disk_device_by_device_not_path() {
     let target = protect_with_rule(&mut kernel, HARDENING, rule);
     for device in ["/dev/ram0", "/tmp/disk-by-another-name"] {
         let event = assert_denied_once(&mut kernel, &target, rule, &["read", device], libc::EPERM);
-        assert_eq!(event.rdev.as_deref(), Some("1:0"), "{event:#?}");
+        assert_eq!(
+            event.rdev.map(|rdev| rdev.to_string()).as_deref(),
+            Some("1:0"),
+            "{event:#?}"
+        );
         assert_denied_once(&mut kernel, &target, rule, &["write", device], libc::EPERM);
     }
     assert_allowed(&mut kernel, &target, &["read", "/dev/null"]);
@@ -215,7 +219,7 @@ fn disallow_load_bpf_prog() {
     let events = kernel.events();
     assert!(!events.is_empty());
     for event in &events {
-        assert_eq!(event.rule.as_deref(), Some(rule), "{event:#?}");
+        assert_eq!(event.naming.rule.as_deref(), Some(rule), "{event:#?}");
         assert!(
             matches!(
                 event.capability.as_deref(),

@@ -74,9 +74,12 @@ fn allow_violations_reports_without_denying() {
     assert_eq!(probe(Some(&target), &["read", passwd]), Answer::Ok);
     let events = kernel.events();
     assert_eq!(events.len(), 1, "{events:#?}");
-    assert_eq!(events[0].action, "audit");
+    assert_eq!(events[0].naming.action, "audit");
     assert_eq!(events[0].errno, 0);
-    assert_eq!(events[0].rule.as_deref(), Some("disable-access-passwd"));
+    assert_eq!(
+        events[0].naming.rule.as_deref(),
+        Some("disable-access-passwd")
+    );
 }
 
 #[test]

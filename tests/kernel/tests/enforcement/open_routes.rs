@@ -37,8 +37,8 @@ fn reported_once(kernel: &mut Kernel, rule: &str, path: &str) -> AuditEvent {
     let events = kernel.events();
     assert_eq!(events.len(), 1, "{events:#?}");
     let event = events.into_iter().next().expect("one event");
-    assert_eq!(event.rule.as_deref(), Some(rule), "{event:#?}");
-    assert_eq!(event.action, "deny", "{event:#?}");
+    assert_eq!(event.naming.rule.as_deref(), Some(rule), "{event:#?}");
+    assert_eq!(event.naming.action, "deny", "{event:#?}");
     assert_eq!(event.path, path, "{event:#?}");
     event
 }
@@ -262,7 +262,7 @@ fn descriptor_passed_over_a_socket_is_decided_like_open() {
     kernel.events();
     assert_eq!(receive(Some(&target)), "no-descriptor");
     let event = reported_once(&mut kernel, rule, SA_TOKEN);
-    assert_eq!(event.hook, "file_receive", "{event:#?}");
+    assert_eq!(event.naming.hook, "file_receive", "{event:#?}");
     assert_eq!(receive(None), "ok");
 }
 
@@ -287,7 +287,7 @@ fn descriptor_added_by_a_seccomp_supervisor_is_decided_like_open() {
     kernel.events();
     assert_eq!(receive(Some(&target)), Answer::Errno(libc::EPERM));
     let event = reported_once(&mut kernel, rule, SA_TOKEN);
-    assert_eq!(event.hook, "file_receive", "{event:#?}");
+    assert_eq!(event.naming.hook, "file_receive", "{event:#?}");
     assert_eq!(receive(None), Answer::Ok);
 }
 
@@ -420,7 +420,10 @@ fn creating_a_file_is_decided_before_it_exists() {
         &["create", created],
         libc::EPERM,
     );
-    assert_eq!((event.hook, event.path.as_str()), ("path_mknod", created));
+    assert_eq!(
+        (event.naming.hook, event.path.as_str()),
+        ("path_mknod", created)
+    );
     assert!(!Path::new(created).exists(), "the file was created");
     assert_eq!(probe(None, &["create", created]), Answer::Ok);
     std::fs::remove_file(created).expect("removing the file");
@@ -468,7 +471,7 @@ fn overlay_file_is_decided_once_by_its_overlay_path() {
     assert_eq!(probe(Some(&target), &["read", watched]), Answer::Ok);
     let events = kernel.events();
     assert_eq!(events.len(), 1, "{events:#?}");
-    assert_eq!(events[0].action, "audit", "{events:#?}");
+    assert_eq!(events[0].naming.action, "audit", "{events:#?}");
     assert_eq!(events[0].path, watched, "{events:#?}");
     assert_eq!(probe(None, &["read", secret]), Answer::Ok);
 }
