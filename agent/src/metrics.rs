@@ -34,6 +34,8 @@ pub struct KernelSnapshot {
     /// While cost is measured.
     pub program_runs: Vec<ProgramRuns>,
     pub agent_events: AgentEventCounts,
+    /// Events each sink failed to deliver, by sink name.
+    pub sink_losses: Vec<(String, u64)>,
 }
 
 /// What became of the events the agent read from the ring buffer.
@@ -279,6 +281,17 @@ impl Collector for KernelCollector {
                 counter.metric_type(),
             )?)?;
         }
+        encode_counters(
+            &mut encoder,
+            "events_lost",
+            "Audit events a sink failed to deliver (a file it could not write: a full or \
+             read-only file system; the HTTP sink's rejected and overflowed ones), by sink",
+            None,
+            snapshot
+                .sink_losses
+                .iter()
+                .map(|(sink, lost)| ([("sink", sink.clone())], *lost)),
+        )?;
         let queued = ConstGauge::new(snapshot.agent_events.queued as i64);
         queued.encode(encoder.encode_descriptor(
             "events_queued",
@@ -548,6 +561,7 @@ mod tests {
                 undecodable: 1,
                 queued: 6,
             },
+            sink_losses: vec![("file".to_owned(), 8)],
             rules: [(
                 rule,
                 RuleCounts {
@@ -604,6 +618,7 @@ mod tests {
         assert_eq!(value("palisade_events_overflowed_total"), 3.0);
         assert_eq!(value("palisade_events_undecodable_total"), 1.0);
         assert_eq!(value("palisade_events_queued"), 6.0);
+        assert_eq!(value("palisade_events_lost_total"), 8.0);
         assert_eq!(value("palisade_targets"), 4.0);
         assert_eq!(value("palisade_policies"), 3.0);
         assert_eq!(value("palisade_rule_decisions_total"), 14.0);

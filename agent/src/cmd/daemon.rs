@@ -623,6 +623,7 @@ fn snapshot(session: &Session) -> KernelSnapshot {
         decision_costs: or_default(enforcer.decision_costs()),
         program_runs: enforcer.program_runs(),
         agent_events: session.event_counts(),
+        sink_losses: session.sink_losses(),
     }
 }
 

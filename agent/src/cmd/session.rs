@@ -156,6 +156,15 @@ impl Session {
         self.queue.counts()
     }
 
+    /// Events each sink failed to deliver, by sink name.
+    pub fn sink_losses(&self) -> Vec<(String, u64)> {
+        self.sink_names
+            .iter()
+            .cloned()
+            .zip(self.queue.sink_losses())
+            .collect()
+    }
+
     /// Warns about events lost or suppressed since the last report: never silent.
     pub fn report_losses(&mut self) {
         let kernel = match self.enforcer.stats() {

@@ -60,7 +60,7 @@ impl<'a> Object<'a> {
         string(self.key(key), value);
     }
 
-    /// A string with nothing to escape: one the agent made (a name from its tables, a time).
+    /// A field whose string needs no escaping (see `plain`).
     #[inline(always)]
     fn plain(&mut self, key: &str, value: &str) {
         plain(self.key(key), value);

@@ -14,7 +14,7 @@ use std::{
 };
 
 use palisade_common::InodeKey;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{AuditEvent, ModuleFailure};
 use crate::bpf::{ProtectError, ProtectedFiles, Protection};
@@ -33,7 +33,9 @@ pub trait Sink: Send {
     fn name(&self) -> &str;
 }
 
-/// One JSON object per line, a batch of lines per write.
+/// One JSON object per line, a batch of lines per write. A batch that cannot be written (a full
+/// or read-only file system) is lost, counted; each new kind of failure, and the recovery, is
+/// logged.
 pub struct JsonLines {
     name: String,
     writer: Box<dyn Write + Send>,
@@ -41,6 +43,8 @@ pub struct JsonLines {
     batch: Vec<u8>,
     lines: u64,
     failed: u64,
+    /// Lines lost since writing last worked, and the last failure, if it does not work now.
+    failing: Option<(u64, io::ErrorKind)>,
 }
 
 impl JsonLines {
@@ -51,6 +55,7 @@ impl JsonLines {
             batch: Vec::new(),
             lines: 0,
             failed: 0,
+            failing: None,
         }
     }
 
@@ -76,8 +81,24 @@ impl Sink for JsonLines {
             .writer
             .write_all(&self.batch)
             .and_then(|()| self.writer.flush());
-        if written.is_err() {
-            self.failed += self.lines;
+        match written {
+            Ok(()) => {
+                if let Some((lost, _)) = self.failing.take() {
+                    info!(sink = %self.name, lost, "writing audit events again");
+                }
+            }
+            Err(err) => {
+                if self.failing.is_none_or(|(_, kind)| kind != err.kind()) {
+                    warn!(
+                        sink = %self.name,
+                        "cannot write audit events, counting them lost \
+                         (palisade_events_lost_total) until it can: {err}"
+                    );
+                }
+                let lost = self.failing.map_or(0, |(lost, _)| lost) + self.lines;
+                self.failing = Some((lost, err.kind()));
+                self.failed += self.lines;
+            }
         }
         self.batch.clear();
         self.lines = 0;
@@ -110,12 +131,17 @@ impl Rotation {
 
 /// The audit trail: a file of JSON lines, rotated by size. With the agent enforcing, targets may
 /// neither read nor change any of its files (the one written and those rotated): each is
-/// protected before it has a name, and released once it is gone.
+/// protected before it has a name, and released once it is gone. A write that fails leaves no
+/// part of its batch behind, and the file is closed: the next batch opens it again, so that
+/// writing resumes once the file system has room, or is writable, again.
 pub struct RotatingFile {
     path: PathBuf,
     rotation: Rotation,
-    file: File,
+    /// None after a write failed.
+    file: Option<File>,
     size: u64,
+    /// The size when the last batch was written whole (`flush`).
+    committed: u64,
     protected: Option<ProtectedFiles>,
     /// The inodes of the files protected.
     kept: HashSet<InodeKey>,
@@ -188,18 +214,40 @@ impl RotatingFile {
         rotation: Rotation,
         protected: Option<ProtectedFiles>,
     ) -> io::Result<Self> {
-        let file = open_append(path, protected.as_ref())?;
-        let size = file.metadata()?.len();
         let mut opened = Self {
             path: path.to_owned(),
             rotation,
-            file,
-            size,
+            file: None,
+            size: 0,
+            committed: 0,
             protected,
             kept: HashSet::new(),
         };
-        opened.protect_rotation();
+        opened.reopen()?;
         Ok(opened)
+    }
+
+    /// Opens the file to append to, and protects the files of the rotation.
+    fn reopen(&mut self) -> io::Result<()> {
+        let file = open_append(&self.path, self.protected.as_ref())?;
+        self.size = file.metadata()?.len();
+        self.committed = self.size;
+        self.file = Some(file);
+        self.protect_rotation();
+        Ok(())
+    }
+
+    /// After a failed write: cuts the file back to its last whole batch, and closes it.
+    fn abandon_batch(&mut self) {
+        if let Some(file) = self.file.take()
+            && self.size > self.committed
+            && let Err(err) = file.set_len(self.committed)
+        {
+            warn!(
+                "cutting the event file {} back to its last whole batch: {err}",
+                self.path.display()
+            );
+        }
     }
 
     fn rotated(&self, index: u32) -> PathBuf {
@@ -251,10 +299,35 @@ impl RotatingFile {
             }
             std::fs::rename(&self.path, self.rotated(1))?;
         }
-        self.file = open_append(&self.path, self.protected.as_ref())?;
-        self.size = 0;
-        self.protect_rotation();
-        Ok(())
+        self.file = None;
+        self.reopen()
+    }
+
+    /// Writes the lines of `buf` that fit in the file, rotating it first if none does.
+    fn write_lines(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.file.is_none() {
+            // After a failure: the file as it is now.
+            self.reopen()?;
+        }
+        let mut fitting = whole_lines(buf, self.rotation.max_bytes.saturating_sub(self.size));
+        if fitting == 0 && self.size > 0 {
+            self.rotate()?;
+            fitting = whole_lines(buf, self.rotation.max_bytes);
+        }
+        if fitting == 0 {
+            // A line longer than a whole file: alone in its file.
+            fitting = buf
+                .iter()
+                .position(|&byte| byte == b'\n')
+                .map_or(buf.len(), |end| end + 1);
+        }
+        let file = self
+            .file
+            .as_mut()
+            .expect("opened above, or by the rotation");
+        let written = file.write(&buf[..fitting])?;
+        self.size += written as u64;
+        Ok(written)
     }
 }
 
@@ -273,25 +346,19 @@ impl Write for RotatingFile {
     /// Callers write whole lines: a line is never split across files, and a file holds more than
     /// `max_bytes` only when it is one line longer than that.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let mut fitting = whole_lines(buf, self.rotation.max_bytes.saturating_sub(self.size));
-        if fitting == 0 && self.size > 0 {
-            self.rotate()?;
-            fitting = whole_lines(buf, self.rotation.max_bytes);
+        let written = self.write_lines(buf);
+        if written.is_err() {
+            self.abandon_batch();
         }
-        if fitting == 0 {
-            // A line longer than a whole file: alone in its file.
-            fitting = buf
-                .iter()
-                .position(|&byte| byte == b'\n')
-                .map_or(buf.len(), |end| end + 1);
-        }
-        let written = self.file.write(&buf[..fitting])?;
-        self.size += written as u64;
-        Ok(written)
+        written
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.file.flush()
+        if let Some(file) = &mut self.file {
+            file.flush()?;
+        }
+        self.committed = self.size;
+        Ok(())
     }
 }
 

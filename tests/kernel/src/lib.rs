@@ -40,8 +40,8 @@ fn loaded() -> MutexGuard<'static, Loaded> {
         .unwrap_or_else(|poison| poison.into_inner())
 }
 
-/// More events than the ring buffer can hold at once.
-const RING_CAPACITY: usize = 4096;
+/// More events than the ring buffer can hold at once (2 MiB of ~440-byte records: ~4,800).
+const RING_CAPACITY: usize = 8192;
 
 /// A binary the VM image provides, named by an environment variable the init script sets.
 pub fn binary(variable: &str) -> PathBuf {

@@ -404,15 +404,20 @@ impl Agent {
         Self::spawn(name, &all, &[])
     }
 
-    /// `palisade agent ARGS --events /tmp/NAME-events.jsonl` with `envs` added to its
-    /// environment, its log in /tmp/NAME.log.
+    /// `palisade agent ARGS` with `envs` added to its environment, its log in /tmp/NAME.log,
+    /// its events in /tmp/NAME-events.jsonl unless ARGS say where.
     fn spawn(name: &str, args: &[&str], envs: &[(&str, &str)]) -> Self {
         let log = format!("/tmp/{name}.log");
         let events = format!("/tmp/{name}-events.jsonl");
+        let default_events = ["--events", events.as_str()];
         let child = Command::new(binary("PALISADE_BIN"))
             .arg("agent")
             .args(args)
-            .args(["--events", &events])
+            .args(if args.contains(&"--events") {
+                &[][..]
+            } else {
+                &default_events[..]
+            })
             .envs(envs.iter().copied())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

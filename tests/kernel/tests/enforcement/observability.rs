@@ -10,7 +10,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use palisade_kernel_tests::{EPERM, Kernel, Prober, binary, deny_read, file, policy, probe};
+use palisade_kernel_tests::{EPERM, Kernel, Prober, binary, deny_read, file, policy, probe, sh};
 
 use super::{Agent, cleanup_agent, fresh_dir, write_policy};
 
@@ -458,6 +458,107 @@ fn a_flood_never_blinds_the_event_pipeline() {
     assert!(took < Duration::from_secs(20), "stopping took {took:?}");
     assert!(log.contains("stopping with audit events unread"), "{log}");
     cleanup_agent(bpffs);
+}
+
+/// The event file's file system full, then read-only: the target is denied all along, what
+/// cannot be written is counted lost and the failure logged, the file never keeps part of a
+/// batch, and writing resumes once the file system is writable and has room again.
+#[test]
+fn a_full_then_read_only_event_file_system_stops_no_denial_and_writing_resumes() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "full");
+    let secret = file("/tmp/full/secret");
+    let dir = fresh_dir("/tmp/full-policies");
+    write_policy(
+        &format!("{dir}/app.yaml"),
+        "full",
+        target.path.to_str().unwrap(),
+        secret,
+    );
+    // The events on a file system of their own, small enough to fill.
+    let mount = fresh_dir("/tmp/full-events");
+    sh(&format!("mount -t tmpfs -o size=64k full-events {mount}"));
+    let events = format!("{mount}/events.jsonl");
+    let filler = format!("{mount}/filler");
+    let bpffs = "/sys/fs/bpf/palisade-test-full";
+    let agent = Agent::start_with(
+        dir,
+        bpffs,
+        "full",
+        &["--audit-rate", "0", "--events", &events],
+    );
+    wait_until_ready(&agent);
+    let deny = |times: usize| {
+        for _ in 0..times {
+            assert_eq!(probe(Some(&target), &["read", secret]), EPERM);
+        }
+    };
+    // Once the agent has handled every event submitted, each written whole or counted lost:
+    // (written, lost).
+    let handled = || {
+        let started = Instant::now();
+        loop {
+            let scrape = Scrape::now();
+            let text = std::fs::read_to_string(&events).unwrap();
+            for line in text.lines() {
+                serde_json::from_str::<serde_json::Value>(line)
+                    .unwrap_or_else(|err| panic!("{err}: a broken line {line:?}"));
+            }
+            let written = text.lines().count() as f64;
+            let lost = scrape
+                .get("palisade_events_lost_total", &[("sink", &events)])
+                .unwrap_or(0.0);
+            if written + lost == scrape.value("palisade_events_total", &[]) {
+                return (written, lost);
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{written} written and {lost} lost: {}{}",
+                scrape.text,
+                agent.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    deny(5);
+    assert_eq!(handled(), (5.0, 0.0));
+    // Full: enough denials that their events cannot all fit in what room the file had.
+    sh(&format!(
+        "dd if=/dev/zero of={filler} bs=1k 2>/dev/null; true"
+    ));
+    deny(20);
+    let (written, lost) = handled();
+    assert!(lost > 0.0, "{written} written");
+    agent.wait_for_log("No space left on device");
+    // Read-only, once the agent closed the file after a failed write (a file system with a
+    // file open for writing cannot be made read-only): another denial while it is open.
+    let started = Instant::now();
+    while !Command::new("mount")
+        .args(["-o", "remount,ro", mount])
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the event file stayed open"
+        );
+        deny(1);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (written, lost) = handled();
+    deny(5);
+    assert_eq!(handled(), (written, lost + 5.0));
+    agent.wait_for_log("Read-only file system");
+    // Writable, with room: writing resumes.
+    sh(&format!("mount -o remount,rw {mount} && rm {filler}"));
+    deny(5);
+    assert_eq!(handled(), (written + 5.0, lost + 5.0));
+    agent.wait_for_log("writing audit events again");
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
+    sh(&format!("umount {mount}"));
 }
 
 #[test]
