@@ -240,8 +240,11 @@ struct Receiver {
 
 impl Receiver {
     fn start() -> Self {
+        Self::listen(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+    }
+
+    fn listen(listener: std::net::TcpListener) -> Self {
         use std::io::{BufRead, BufReader, Read, Write};
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
         let bodies: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
         let received = bodies.clone();
@@ -280,6 +283,102 @@ impl Receiver {
         });
         Self { address, bodies }
     }
+}
+
+/// Falcosidekick down for 30 s, then back: the denials go on, the events the agent queued arrive
+/// in order once it is back, and those its full queue could not take are counted.
+#[test]
+fn falcosidekick_down_for_30_s_gets_what_was_queued_in_order_and_the_overflow_counted() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "sidekick");
+    // One file per denial: the order shows in the events' paths.
+    let files: Vec<String> = (0..12)
+        .map(|index| file(&format!("/tmp/sidekick/secret-{index:02}")).to_owned())
+        .collect();
+    let dir = fresh_dir("/tmp/sidekick-policies");
+    let cgroup = target.path.to_str().unwrap();
+    write_policy(
+        &format!("{dir}/app.yaml"),
+        "sidekick",
+        cgroup,
+        "/tmp/sidekick/**",
+    );
+    // A free port, with nothing listening on it yet.
+    let address = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let url = format!("http://{address}/");
+    let bpffs = "/sys/fs/bpf/palisade-test-sidekick";
+    let agent = Agent::start_with(
+        dir,
+        bpffs,
+        "sidekick",
+        &[
+            "--audit-rate",
+            "0",
+            "--falcosidekick-url",
+            &url,
+            "--falcosidekick-queue",
+            "8",
+        ],
+    );
+    wait_until_ready(&agent);
+    let down = Instant::now();
+    let until = |what: &str, done: &dyn Fn(&Scrape) -> bool| {
+        let started = Instant::now();
+        loop {
+            let scrape = Scrape::now();
+            if done(&scrape) {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "never {what}: {}{}",
+                scrape.text,
+                agent.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let outcome = |scrape: &Scrape, outcome: &str| {
+        scrape.value("palisade_http_sink_events_total", &[("outcome", outcome)])
+    };
+    // The agent holds the first event, retrying; its queue takes eight more; three overflow.
+    assert_eq!(probe(Some(&target), &["read", &files[0]]), EPERM);
+    until("retried", &|scrape| {
+        scrape.value("palisade_http_sink_retries_total", &[]) > 0.0
+    });
+    for file in &files[1..] {
+        assert_eq!(probe(Some(&target), &["read", file]), EPERM);
+    }
+    until("queued and overflowed", &|scrape| {
+        scrape.value("palisade_events_written_total", &[]) == 12.0
+    });
+    let scrape = Scrape::now();
+    assert_eq!(outcome(&scrape, "overflow"), 3.0);
+    assert_eq!(
+        scrape.value("palisade_events_lost_total", &[("sink", &url)]),
+        3.0
+    );
+    assert_eq!(scrape.value("palisade_http_sink_queue_length", &[]), 8.0);
+    assert_eq!(outcome(&scrape, "sent"), 0.0);
+    // Back after 30 s: what was queued arrives, in order.
+    std::thread::sleep(Duration::from_secs(30).saturating_sub(down.elapsed()));
+    let falcosidekick = Receiver::listen(std::net::TcpListener::bind(address).unwrap());
+    until("delivered", &|scrape| outcome(scrape, "sent") == 9.0);
+    let paths: Vec<serde_json::Value> = falcosidekick
+        .bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|body| body["output_fields"]["fd.name"].clone())
+        .collect();
+    assert_eq!(paths, files[..9]);
+    agent.wait_for_log("the event receiver takes events again");
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
 }
 
 #[test]
