@@ -255,6 +255,7 @@ impl Serialize for Timestamp {
     }
 }
 
+/// `time` as a `Timestamp`.
 fn rfc3339_nanos(time: SystemTime) -> Timestamp {
     Rfc3339::default().format(time)
 }
