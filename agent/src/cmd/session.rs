@@ -41,8 +41,8 @@ struct Losses {
     kernel: Stats,
     undecodable: u64,
     overflowed: u64,
-    /// By sink, in the order of `sink_names`.
-    sinks: Vec<u64>,
+    /// By sink name, in the order of `sink_names`.
+    sinks: Vec<(String, u64)>,
 }
 
 /// JSON lines into `events` (appended to, rotated by size if `rotation` says so, and kept from
@@ -179,14 +179,12 @@ impl Session {
             kernel,
             undecodable: counts.undecodable,
             overflowed: counts.overflowed,
-            sinks: self.queue.sink_losses(),
+            sinks: self.sink_losses(),
         };
         let before = std::mem::replace(&mut self.reported, now.clone());
-        for (index, sink) in self.sink_names.iter().enumerate() {
-            let (total, reported) = (
-                now.sinks.get(index).copied().unwrap_or(0),
-                before.sinks.get(index).copied().unwrap_or(0),
-            );
+        for (index, (sink, total)) in now.sinks.iter().enumerate() {
+            let total = *total;
+            let reported = before.sinks.get(index).map_or(0, |(_, lost)| *lost);
             if total > reported {
                 warn!(
                     new = total - reported,

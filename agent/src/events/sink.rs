@@ -77,6 +77,10 @@ impl Sink for JsonLines {
     }
 
     fn flush(&mut self) {
+        // Nothing to write says nothing about whether writing works.
+        if self.batch.is_empty() {
+            return;
+        }
         let written = self
             .writer
             .write_all(&self.batch)

@@ -45,6 +45,24 @@ pub(super) fn wait_until_ready(agent: &Agent) {
     }
 }
 
+/// Scrapes `/metrics` until `ready` makes something of a scrape (for 60 s at most): that.
+fn scrape_until<T>(agent: &Agent, what: &str, ready: impl Fn(&Scrape) -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        let scrape = Scrape::now();
+        if let Some(found) = ready(&scrape) {
+            return found;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never {what}: {}{}",
+            scrape.text,
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// `/metrics` as parsed by a Prometheus text-format parser.
 pub(super) struct Scrape {
     samples: prometheus_parse::Scrape,
@@ -326,20 +344,7 @@ fn falcosidekick_down_for_30_s_gets_what_was_queued_in_order_and_the_overflow_co
     wait_until_ready(&agent);
     let down = Instant::now();
     let until = |what: &str, done: &dyn Fn(&Scrape) -> bool| {
-        let started = Instant::now();
-        loop {
-            let scrape = Scrape::now();
-            if done(&scrape) {
-                return;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "never {what}: {}{}",
-                scrape.text,
-                agent.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        scrape_until(&agent, what, |scrape| done(scrape).then_some(()))
     };
     let outcome = |scrape: &Scrape, outcome: &str| {
         scrape.value("palisade_http_sink_events_total", &[("outcome", outcome)])
@@ -595,9 +600,7 @@ fn a_full_then_read_only_event_file_system_stops_no_denial_and_writing_resumes()
     // Once the agent has handled every event submitted, each written whole or counted lost:
     // (written, lost).
     let handled = || {
-        let started = Instant::now();
-        loop {
-            let scrape = Scrape::now();
+        scrape_until(&agent, "every event written or lost", |scrape| {
             let text = std::fs::read_to_string(&events).unwrap();
             for line in text.lines() {
                 serde_json::from_str::<serde_json::Value>(line)
@@ -607,17 +610,9 @@ fn a_full_then_read_only_event_file_system_stops_no_denial_and_writing_resumes()
             let lost = scrape
                 .get("palisade_events_lost_total", &[("sink", &events)])
                 .unwrap_or(0.0);
-            if written + lost == scrape.value("palisade_events_total", &[]) {
-                return (written, lost);
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "{written} written and {lost} lost: {}{}",
-                scrape.text,
-                agent.log()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+            (written + lost == scrape.value("palisade_events_total", &[]))
+                .then_some((written, lost))
+        })
     };
     deny(5);
     assert_eq!(handled(), (5.0, 0.0));
