@@ -370,6 +370,54 @@ impl Write for RotatingFile {
 mod tests {
     use super::*;
 
+    /// A writer whose writes fail while `full` is set.
+    struct Disk {
+        full: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Write for Disk {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if self.full.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(io::ErrorKind::StorageFull.into());
+            }
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lines_that_cannot_be_written_are_lost_and_counted_until_writing_works() {
+        let full = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let mut sink = JsonLines::new("disk", Box::new(Disk { full: full.clone() }));
+        let failure = ModuleFailure {
+            kind: "rule_module_failure",
+            time: crate::events::rfc3339_nanos(std::time::SystemTime::UNIX_EPOCH),
+            node: "node-1".to_owned(),
+            module: "m".to_owned(),
+            failure: "timeout",
+            message: String::new(),
+            events: 1,
+            on_failure: "keep",
+        };
+        sink.report(&failure);
+        sink.report(&failure);
+        sink.flush();
+        assert_eq!(
+            (sink.lost(), sink.failing),
+            (2, Some((2, io::ErrorKind::StorageFull)))
+        );
+        // A batch with nothing in it says nothing about the disk.
+        full.store(false, std::sync::atomic::Ordering::Relaxed);
+        sink.flush();
+        assert_eq!(sink.failing, Some((2, io::ErrorKind::StorageFull)));
+        sink.report(&failure);
+        sink.flush();
+        assert_eq!((sink.lost(), sink.failing), (2, None));
+    }
+
     #[test]
     fn rotates_at_line_boundaries_and_keeps_the_newest_files() {
         let dir = std::env::temp_dir().join(format!("palisade-rotate-{}", std::process::id()));
