@@ -559,12 +559,13 @@ fn throughput_rows(kernel: &Kernel) -> Vec<&ThroughputSample> {
 
 fn throughput_table(kernels: &[Kernel]) -> String {
     let mut md = String::from(
-        "\n## Event throughput\n\nDenials through the ring buffer, the decoder, a Wasm rule module's decide and the file sink (no rate limit). Accounted: produced = written + dropped by the rule module, the agent or the kernel + throttled + still queued. The agent's CPU time per written event (its cgroup's, to the microsecond), from the flood's start until the events file stops growing, includes its background work (timers) but not the benchmark's scrapes of its metrics; in parentheses, the part spent in the kernel on its behalf (reading the ring buffer, writing the events file, waking its threads; apportioned by the kernel's ticks).\n\n",
+        "\n## Event throughput\n\nDenials through the ring buffer, the decoder, a Wasm rule module's decide and the file sink (no rate limit). Accounted: produced = written + dropped by the rule module, the agent or the kernel + throttled + still queued. The agent's CPU time per written event (its cgroup's, to the microsecond), from the flood's start until the events file stops growing, includes its background work (timers) but not the benchmark's scrapes of its metrics; in parentheses, the part spent in the kernel on its behalf (reading the ring buffer, writing the events file, waking its threads; apportioned by the kernel's ticks). Drops, throttled and kept are counts over the whole flood.\n\n",
     );
     md += &table_head(
         &["kernel"],
         &[
             "offered/s",
+            "flood s",
             "produced/s",
             "written/s",
             "dropped in kernel",
@@ -600,9 +601,10 @@ fn throughput_table(kernels: &[Kernel]) -> String {
                 - i128::from(row.queued);
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0}% | {per_event} | {:.1} MiB | {} |",
+                "| {} | {} | {:.1} | {} | {} | {} | {} | {} | {} | {:.0}% | {per_event} | {:.1} MiB | {} |",
                 kernel.label,
                 rate_label(row.offered_per_second),
+                row.seconds,
                 rate(row.produced),
                 rate(row.written),
                 row.dropped,

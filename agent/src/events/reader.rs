@@ -11,18 +11,22 @@ use tokio::{
 
 use super::{Decoder, EventQueue, queue::QUEUE};
 
-/// Reads are at least this far apart. The kernel wakes the reader only for a record submitted
-/// to an empty ring buffer, so under a flood the reader wakes this often and copies what came
-/// meanwhile in one go, instead of waking (and waking the worker) for every event; the ring
-/// buffer (2 MiB, ~4,800 events) holds twice this long of the fastest flood (~55,000 events a
-/// second in the benchmark VM). A read wakes this thread and the worker's: at 10 ms under a
-/// steady 5,000 events a second, the wake-ups cost a tenth of what the events themselves did.
-const READ_INTERVAL: Duration = Duration::from_millis(40);
+/// How long records wait, at most, to be read with those that follow. The kernel wakes the
+/// reader for a record submitted to an empty ring buffer; the reader then waits this long, or
+/// until the kernel wakes it again because a quarter of the ring buffer (2 MiB, ~4,800 events)
+/// is waiting, and copies what came meanwhile in one go. A read wakes this thread and the
+/// worker's, and has the worker call each rule module and write each sink once: at 40 ms, those
+/// wake-ups cost more than the events themselves below ~1,000 events a second.
+const READ_INTERVAL: Duration = Duration::from_millis(200);
 
 pub struct EventReader {
     ring: AsyncFd<RingBuf<MapData>>,
     queue: Arc<EventQueue>,
     last_read: Instant,
+    /// The kernel has woken the reader for records not read yet. Kept here, not in `ready`, so
+    /// that `ready` can be cancelled (the control loop serves other work meanwhile): the kernel
+    /// does not wake the reader again for records that join unread ones.
+    woken: bool,
 }
 
 /// What one `read` did.
@@ -41,14 +45,21 @@ impl EventReader {
             ring,
             queue,
             last_read: Instant::now(),
+            woken: false,
         })
     }
 
-    /// Waits until the kernel has submitted records, and `READ_INTERVAL` has passed since the
-    /// last read; `read` them next.
+    /// Waits until the kernel has submitted records, then until `READ_INTERVAL` has passed
+    /// since the last read or the kernel asks for a read; `read` them next.
     pub async fn ready(&mut self) -> std::io::Result<()> {
-        tokio::time::sleep_until(self.last_read + READ_INTERVAL).await;
-        self.ring.readable_mut().await?.clear_ready();
+        if !self.woken {
+            self.ring.readable_mut().await?.clear_ready();
+            self.woken = true;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(self.last_read + READ_INTERVAL) => {}
+            filling = self.ring.readable_mut() => filling?.clear_ready(),
+        }
         Ok(())
     }
 
@@ -56,6 +67,7 @@ impl EventReader {
     /// fast as this loop cannot keep it here), so that the kernel has room for what happens next.
     pub fn read(&mut self) -> Read {
         self.last_read = Instant::now();
+        self.woken = false;
         let ring = self.ring.get_mut();
         let mut records = 0;
         let mut emptied = false;

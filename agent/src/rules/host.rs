@@ -3,9 +3,12 @@
 
 use std::{
     collections::HashMap,
+    fs::File,
     hash::{Hash, Hasher},
+    io::Read,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
     path::{Path, PathBuf},
-    sync::{Arc, Condvar, Mutex},
+    sync::{Arc, Mutex, Weak},
     time::Duration,
 };
 
@@ -43,9 +46,8 @@ pub const ABI_VERSION: &str = "0.3.0";
 
 /// Memory one instance may grow to.
 const MEMORY_LIMIT: usize = 64 << 20;
-/// The unit of time budgets: how often the engine's epoch advances (see `Epoch`). Each tick
-/// wakes a thread while modules are called, under a flood of events too: a call overruns its
-/// budget by less than a tick, 10% of `DECIDE_BUDGET`.
+/// The unit of time budgets: how often the engine's epoch advances while a call runs (see
+/// `Epoch`); a call overruns its budget by less than a tick, 10% of `DECIDE_BUDGET`.
 const EPOCH_TICK: Duration = Duration::from_millis(20);
 /// Time one `compile` call may take.
 const COMPILE_BUDGET: Duration = Duration::from_secs(2);
@@ -130,80 +132,108 @@ pub(super) struct State {
     epoch: Arc<Epoch>,
 }
 
-/// The engine's epoch advances every `EPOCH_TICK`, and stops after `PARK_AFTER` without a call
-/// into a module until the next one: an idle agent is not woken 50 times a second, and a busy
-/// one starts its calls without a system call.
-#[derive(Default)]
+/// The engine's epoch advances every `EPOCH_TICK` while a call into a module runs, and stands
+/// still between calls. A kernel timer (timerfd) keeps the time: the first call to start sets it
+/// going and the last to end stops it, a system call each, and its thread wakes only for the
+/// ticks of calls that last that long: calls a few milliseconds long, as deciding a batch of
+/// events is, wake no thread at all, and an idle agent none either.
 struct Epoch {
-    calls: Mutex<Calls>,
-    unparked: Condvar,
-}
-
-#[derive(Default)]
-struct Calls {
-    running: usize,
-    /// The epoch stands still until a call starts.
-    parked: bool,
+    running: Mutex<usize>,
+    timer: OwnedFd,
 }
 
 /// A call running: counted until it is dropped.
 struct Ticking(Arc<Epoch>);
 
-const PARK_AFTER: Duration = Duration::from_secs(1);
-
 impl Epoch {
-    fn calls(&self) -> std::sync::MutexGuard<'_, Calls> {
-        self.calls
+    /// An epoch, and the thread that advances `engine`'s while a call runs, until `engine` or
+    /// the epoch is dropped.
+    fn start_ticking(engine: wasmtime::EngineWeak) -> std::io::Result<Arc<Self>> {
+        // SAFETY: plain system call; the descriptor it returns is checked, then owned.
+        let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor nothing else owns.
+        let timer = unsafe { OwnedFd::from_raw_fd(fd) };
+        let ticks = File::from(timer.try_clone()?);
+        let epoch = Arc::new(Self {
+            running: Mutex::new(0),
+            timer,
+        });
+        let weak = Arc::downgrade(&epoch);
+        std::thread::Builder::new()
+            .name("wasm-epoch".to_owned())
+            .spawn(move || Self::tick(&ticks, &weak, &engine))?;
+        Ok(epoch)
+    }
+
+    /// Advances `engine`'s epoch once for each expiry of the timer read from `ticks`.
+    fn tick(mut ticks: &File, epoch: &Weak<Self>, engine: &wasmtime::EngineWeak) {
+        let mut expiries = [0; 8];
+        while ticks.read_exact(&mut expiries).is_ok() {
+            let (Some(_), Some(engine)) = (epoch.upgrade(), engine.upgrade()) else {
+                return;
+            };
+            for _ in 0..u64::from_ne_bytes(expiries) {
+                engine.increment_epoch();
+            }
+        }
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.running
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
     fn start(self: &Arc<Self>) -> Ticking {
-        let mut calls = self.calls();
-        calls.running += 1;
-        if calls.parked {
-            calls.parked = false;
-            self.unparked.notify_one();
+        let mut running = self.running();
+        if *running == 0 {
+            self.set_timer(EPOCH_TICK, EPOCH_TICK);
         }
+        *running += 1;
         Ticking(self.clone())
     }
 
-    /// Advances `engine`'s epoch, parked while no call runs, until the engine is dropped.
-    fn tick(&self, engine: wasmtime::EngineWeak) {
-        let park_after = PARK_AFTER.as_millis() / EPOCH_TICK.as_millis();
-        let mut idle = 0;
-        loop {
-            std::thread::sleep(EPOCH_TICK);
-            let Some(strong) = engine.upgrade() else {
-                return;
-            };
-            strong.increment_epoch();
-            drop(strong);
-            let mut calls = self.calls();
-            idle = if calls.running == 0 { idle + 1 } else { 0 };
-            if idle < park_after {
-                continue;
-            }
-            calls.parked = true;
-            while calls.parked {
-                // Woken now and then, to notice that the engine is gone.
-                if engine.upgrade().is_none() {
-                    return;
-                }
-                calls = self
-                    .unparked
-                    .wait_timeout(calls, Duration::from_secs(1))
-                    .unwrap_or_else(|poison| poison.into_inner())
-                    .0;
-            }
-            idle = 0;
-        }
+    /// Expires first after `first`, then every `interval` (zero: stopped).
+    fn set_timer(&self, first: Duration, interval: Duration) {
+        let timespec = |duration: Duration| libc::timespec {
+            tv_sec: duration.as_secs() as libc::time_t,
+            tv_nsec: duration.subsec_nanos().into(),
+        };
+        let setting = libc::itimerspec {
+            it_interval: timespec(interval),
+            it_value: timespec(first),
+        };
+        // SAFETY: `timer` is a timerfd this epoch owns; `setting` outlives the call.
+        let set = unsafe {
+            libc::timerfd_settime(self.timer.as_raw_fd(), 0, &setting, std::ptr::null_mut())
+        };
+        // Only an invalid descriptor or setting fails, and neither can be.
+        assert_eq!(
+            set,
+            0,
+            "timerfd_settime: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
 impl Drop for Ticking {
     fn drop(&mut self) {
-        self.0.calls().running -= 1;
+        let mut running = self.0.running();
+        *running -= 1;
+        if *running == 0 {
+            self.0.set_timer(Duration::ZERO, Duration::ZERO);
+        }
+    }
+}
+
+impl Drop for Epoch {
+    /// Ends the ticking thread: it wakes at once and finds the epoch gone.
+    fn drop(&mut self) {
+        self.set_timer(Duration::from_nanos(1), Duration::ZERO);
     }
 }
 
@@ -266,12 +296,8 @@ impl RuleHost {
         config.max_wasm_stack(512 << 10);
         let engine =
             Engine::new(&config).map_err(|err| ModuleError::Runtime(format!("{err:#}")))?;
-        let epoch = Arc::new(Epoch::default());
-        let (ticking, weak) = (epoch.clone(), engine.weak());
-        std::thread::Builder::new()
-            .name("wasm-epoch".to_owned())
-            .spawn(move || ticking.tick(weak))
-            .map_err(|err| ModuleError::Runtime(err.to_string()))?;
+        let epoch = Epoch::start_ticking(engine.weak())
+            .map_err(|err| ModuleError::Runtime(format!("starting the epoch: {err}")))?;
         Ok(Self {
             linker: Arc::new(Linker::new(&engine)),
             engine,

@@ -45,7 +45,7 @@ impl Settings {
                 rounds: 10,
                 workload_rounds: 10,
                 apply_trials: 100,
-                throughput_seconds: 1.0,
+                throughput_seconds: 5.0,
             }
         }
     }
