@@ -506,22 +506,27 @@ fn a_flood_never_blinds_the_event_pipeline() {
             .map(|line| serde_json::from_str(line).unwrap())
             .collect()
     };
-    // Within moments, every event submitted is written or counted as dropped by the agent.
+    // Within moments, every event submitted is written or counted as dropped by the agent, and
+    // the file holds what it counts as written (a batch is in the file a moment before it is
+    // counted: asked again).
     let started = Instant::now();
     let (written, scrape) = loop {
         let scrape = Scrape::now();
         let written = lines();
-        let handled = written.len() as f64
+        let written_total = scrape.value("palisade_events_written_total", &[]);
+        let handled = written_total
             + scrape.value("palisade_events_overflowed_total", &[])
             + scrape.value("palisade_events_undecodable_total", &[]);
         let submitted = scrape.value("palisade_events_total", &[]);
-        if handled == submitted {
+        if handled == submitted && written.len() as f64 == written_total {
             assert_eq!(scrape.value("palisade_events_queued", &[]), 0.0);
             break (written, scrape);
         }
         assert!(
             started.elapsed() < Duration::from_secs(60),
-            "{handled} events handled of {submitted} submitted: {}",
+            "{handled} events handled of {submitted} submitted, {} lines for {written_total} \
+             written: {}",
+            written.len(),
             agent.log()
         );
         std::thread::sleep(Duration::from_millis(500));
@@ -530,10 +535,6 @@ fn a_flood_never_blinds_the_event_pipeline() {
     assert_eq!(denied, (flooded.eperm + trickled) as f64);
     let submitted = scrape.value("palisade_events_total", &[]);
     assert!(written.len() > 4 * 1024, "{} events written", written.len());
-    assert_eq!(
-        scrape.value("palisade_events_written_total", &[]),
-        written.len() as f64
-    );
     let dropped = scrape.value("palisade_events_dropped_total", &[]);
     let throttled = scrape.value("palisade_events_throttled_total", &[]);
     assert_eq!(
@@ -551,13 +552,18 @@ fn a_flood_never_blinds_the_event_pipeline() {
         "every event of the trickle written ({} written, {dropped} dropped)",
         written.len()
     );
-    // Stopping during a flood ends in bounded time, and says what was left unread.
-    let prober = Prober::start(&target, flood, "/tmp/blind/stop");
+    // Stopping during a flood it cannot keep up with (one prober's it can, on the one vCPU they
+    // share) ends in bounded time, and says what was left unread.
+    let probers: Vec<Prober> = (0..3)
+        .map(|_| Prober::start(&target, flood, "/tmp/blind/stop"))
+        .collect();
     std::thread::sleep(Duration::from_secs(1));
     let stopping = Instant::now();
     let (stopped, log) = agent.stop(libc::SIGTERM);
     let took = stopping.elapsed();
-    prober.finish();
+    for prober in probers {
+        prober.finish();
+    }
     assert!(stopped, "{log}");
     assert!(took < Duration::from_secs(20), "stopping took {took:?}");
     assert!(log.contains("stopping with audit events unread"), "{log}");
