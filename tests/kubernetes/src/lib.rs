@@ -166,16 +166,22 @@ pub async fn apply_policy(client: &Client, document: &str) {
 }
 
 /// Waits up to 30 s for `check` to hold, asking it again every 100 ms.
-pub async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+pub async fn eventually<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+    eventually_within(Duration::from_secs(30), what, check).await
+}
+
+/// `eventually`, waiting up to `limit`.
+pub async fn eventually_within<T>(
+    limit: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
     let started = Instant::now();
     loop {
         if let Some(value) = check().await {
             return value;
         }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "timed out waiting for {what}"
-        );
+        assert!(started.elapsed() < limit, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -4,7 +4,17 @@
 //! selected pod only; edits and deletion take effect; the status says so. Also measures how long
 //! a policy change takes to reach the kernel (written to the console for the benchmarks).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::{
+    io::ErrorKind,
+    net::{Shutdown, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -12,7 +22,7 @@ use palisade_agent::targets::{Cgroup, Hierarchy};
 use palisade_crds::{PalisadePolicy, READY};
 use palisade_kernel_tests::{Answer, EPERM, binary, file, probe, probe_command};
 use palisade_kube_tests::{
-    Node, admin, apply_policy, eventually, namespace, pod, report_containers,
+    Node, admin, apply_policy, eventually, eventually_within, namespace, pod, report_containers,
 };
 
 use super::{Agent, cleanup_agent, fresh_dir};
@@ -26,10 +36,14 @@ fn start_pod(node: &Node, pod: &Pod) -> Cgroup {
         .unwrap()
 }
 
-/// `palisade agent --kubernetes` for `node` (as the chart's service account), once ready; `name`
-/// names its log and events.
-fn kube_agent(name: &str, node: &Node, bpffs: &str) -> Agent {
-    let agent_config = binary("PALISADE_AGENT_KUBECONFIG");
+/// The kubeconfig of the chart's service account.
+fn agent_kubeconfig() -> PathBuf {
+    binary("PALISADE_AGENT_KUBECONFIG")
+}
+
+/// `palisade agent --kubernetes` for `node` (as `kubeconfig` says), once ready; `name` names its
+/// log and events.
+fn kube_agent(name: &str, node: &Node, bpffs: &str, kubeconfig: &Path) -> Agent {
     let agent = Agent::spawn(
         name,
         &[
@@ -45,7 +59,7 @@ fn kube_agent(name: &str, node: &Node, bpffs: &str) -> Agent {
             "--rule-modules",
             fresh_dir(&format!("/tmp/{name}-modules")),
         ],
-        &[("KUBECONFIG", agent_config.to_str().unwrap())],
+        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
     );
     agent.wait_for_log("agent ready");
     agent
@@ -112,7 +126,7 @@ async fn end_to_end() {
     let second = file("/tmp/kube/second");
 
     let bpffs = "/sys/fs/bpf/palisade-test-kube";
-    let agent = kube_agent("kube-agent", &node, bpffs);
+    let agent = kube_agent("kube-agent", &node, bpffs, &agent_kubeconfig());
 
     let mut latencies = vec![apply_and_time(&policy(&ns, first), &web, first).await];
     assert_eq!(
@@ -295,7 +309,7 @@ async fn fail_closed() {
         })
         .await
     };
-    let agent = kube_agent("fail-closed-agent", &node, bpffs);
+    let agent = kube_agent("fail-closed-agent", &node, bpffs, &agent_kubeconfig());
     denied(&web, baseline_file).await;
 
     // The namespace's own policy wins selection and is broken: the pod keeps the cluster
@@ -319,7 +333,7 @@ async fn fail_closed() {
     // policy, so it keeps what the killed one left in the kernel.
     agent.stop(libc::SIGKILL);
     apply_policy(&client, &broken(&policy(&ns, own_file))).await;
-    let agent = kube_agent("fail-closed-agent-2", &node, bpffs);
+    let agent = kube_agent("fail-closed-agent-2", &node, bpffs, &agent_kubeconfig());
     rejected(&policies).await;
     for pod in [&web, &late] {
         assert_eq!(
@@ -333,6 +347,186 @@ async fn fail_closed() {
     // Fixed again: enforced by the new agent.
     apply_policy(&client, &policy(&ns, baseline_file)).await;
     denied(&web, baseline_file).await;
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
+}
+
+/// A TCP relay in the guest between the agent and the API server. Cut, it is the API server
+/// gone for the agent (its connections closed, new ones refused) while the test still reaches
+/// the API server directly; restored, the API server is back on the same address.
+struct Relay {
+    upstream: String,
+    port: u16,
+    accepting: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    connections: Arc<Mutex<Vec<TcpStream>>>,
+    accepted: Arc<AtomicUsize>,
+}
+
+impl Relay {
+    /// A relay to the API server `kubeconfig` names, and a kubeconfig that goes through it.
+    fn start(kubeconfig: &Path, relayed: &str) -> Self {
+        let config = std::fs::read_to_string(kubeconfig).unwrap();
+        let server = config
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("server: https://"))
+            .expect("a server in the kubeconfig")
+            .to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // The API server's certificate names 127.0.0.1 too.
+        let through = config.replace(&server, &format!("127.0.0.1:{port}"));
+        std::fs::write(relayed, through).unwrap();
+        let mut relay = Self {
+            upstream: server,
+            port,
+            accepting: None,
+            connections: Arc::default(),
+            accepted: Arc::default(),
+        };
+        relay.accept(listener);
+        relay
+    }
+
+    fn accept(&mut self, listener: TcpListener) {
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (stopping, upstream) = (stop.clone(), self.upstream.clone());
+        let (connections, accepted) = (self.connections.clone(), self.accepted.clone());
+        let thread = std::thread::spawn(move || {
+            while !stopping.load(Ordering::Relaxed) {
+                let client = match listener.accept() {
+                    Ok((client, _)) => client,
+                    Err(err) if err.kind() == ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                    Err(err) => panic!("relay: {err}"),
+                };
+                client.set_nonblocking(false).unwrap();
+                let server = TcpStream::connect(&upstream).unwrap();
+                accepted.fetch_add(1, Ordering::Relaxed);
+                let mut open = connections.lock().unwrap();
+                for stream in [&client, &server] {
+                    open.push(stream.try_clone().unwrap());
+                }
+                let (client_in, server_in) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || pipe(client_in, server));
+                std::thread::spawn(move || pipe(server_in, client));
+            }
+        });
+        self.accepting = Some((stop, thread));
+    }
+
+    /// Refuses new connections and closes the open ones.
+    fn cut(&mut self) {
+        let (stop, thread) = self.accepting.take().expect("relaying");
+        stop.store(true, Ordering::Relaxed);
+        thread.join().unwrap();
+        for stream in self.connections.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn restore(&mut self) {
+        self.accept(TcpListener::bind(("127.0.0.1", self.port)).unwrap());
+    }
+
+    /// Connections relayed so far.
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::Relaxed)
+    }
+}
+
+/// Copies what `from` reads to `to` until either end closes.
+fn pipe(mut from: TcpStream, mut to: TcpStream) {
+    let _ = std::io::copy(&mut from, &mut to);
+    let _ = to.shutdown(Shutdown::Write);
+}
+
+#[test]
+fn an_api_server_outage_keeps_enforcement_and_the_agent_catches_up() {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(outage());
+}
+
+/// The API server gone for 30 s, and the policy edited meanwhile: the pod stays protected
+/// throughout, the agent keeps running, and once the API server is back it enforces the edit
+/// and reports it in the status.
+async fn outage() {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let suffix = release.trim().replace(['.', '+', '_'], "-");
+    let ns = format!("outage-{suffix}");
+    let node = Node::this_machine(&format!("vm-outage-{suffix}"));
+    let client = admin().await;
+    namespace(&client, &ns, &[]).await;
+    std::fs::create_dir_all(node.best_effort()).unwrap();
+    let web = start_pod(
+        &node,
+        &pod(&client, &ns, "web", &node.name, &[("app", "web")]).await,
+    );
+    let (first, second) = (file("/tmp/outage/first"), file("/tmp/outage/second"));
+    let policies: Api<PalisadePolicy> = Api::namespaced(client.clone(), &ns);
+    // The node's status entry for the policy's current generation, once it has one.
+    let reported = async || {
+        let status = policies.get_status("web").await.ok()?.status?;
+        let generation = policies.get("web").await.ok()?.metadata.generation;
+        let ready = status
+            .conditions
+            .iter()
+            .find(|condition| condition.type_ == READY)?;
+        (status.observed_generation == generation
+            && ready.status == "True"
+            && status.nodes.iter().any(|entry| {
+                entry.node == node.name && (entry.enforced_pods, entry.failed_pods) == (1, 0)
+            }))
+        .then_some(())
+    };
+    apply_policy(&client, &policy(&ns, first)).await;
+
+    let kubeconfig = "/tmp/outage-kubeconfig";
+    let mut relay = Relay::start(&agent_kubeconfig(), kubeconfig);
+    let bpffs = "/sys/fs/bpf/palisade-test-outage";
+    let agent = kube_agent("outage-agent", &node, bpffs, Path::new(kubeconfig));
+    eventually("the policy enforced", async || {
+        (probe(Some(&web), &["read", first]) == EPERM).then_some(())
+    })
+    .await;
+    eventually("the status reported", &reported).await;
+    assert!(relay.accepted() > 0, "the agent does not use the relay");
+
+    relay.cut();
+    apply_policy(&client, &policy(&ns, second)).await;
+    let down = Instant::now();
+    while down.elapsed() < Duration::from_secs(30) {
+        assert_eq!(
+            probe(Some(&web), &["read", first]),
+            EPERM,
+            "protection kept"
+        );
+        assert_eq!(probe(None, &["read", first]), Answer::Ok, "outside the pod");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(
+        reported().await.is_none(),
+        "the agent reported an edit it cannot have seen"
+    );
+
+    // Back: the watches resume (after their backoff, up to 30 s) and the edit takes effect.
+    relay.restore();
+    eventually_within(Duration::from_secs(120), "the edit enforced", async || {
+        let now = (
+            probe(Some(&web), &["read", second]),
+            probe(Some(&web), &["read", first]),
+        );
+        (now == (EPERM, Answer::Ok)).then_some(())
+    })
+    .await;
+    eventually_within(Duration::from_secs(60), "the status caught up", &reported).await;
     let (stopped, log) = agent.stop(libc::SIGTERM);
     assert!(stopped, "{log}");
     cleanup_agent(bpffs);
