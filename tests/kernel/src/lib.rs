@@ -326,8 +326,14 @@ pub fn assert_allowed(kernel: &mut Kernel, target: &Cgroup, args: &[&str]) {
 
 /// Runs a shell command outside every target (setup and cleanup).
 pub fn sh(command: &str) {
-    let status = Command::new("sh").args(["-c", command]).status().unwrap();
-    assert!(status.success(), "{command}");
+    // What it prints goes in the failure, not to the console the suite's results are read from.
+    let out = Command::new("sh").args(["-c", command]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{command}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Creates `path` with some content (and its directories).

@@ -38,6 +38,8 @@
 //! probe read-until PATH STOP   (reads until the file STOP exists; prints `ok=N eperm=N other=N`)
 //! probe read-until-denied PATH (reads until EPERM; prints the time of that read, in ns since
 //!                               the Unix epoch)
+//! probe read-until-allowed PATH DIR (reads until allowed, then at once makes the directory
+//!                                   DIR: a cgroup, created the moment the target is released)
 //! probe truncate|unlink|mkdir|readlink|chroot|mknod-block PATH
 //! probe setuid UID
 //! probe rename|link|symlink FROM TO
@@ -1161,6 +1163,16 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
         },
+        ["read-until-allowed", path, dir] => {
+            while open("read", path).is_err() {}
+            match std::fs::create_dir(dir) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("mkdir {dir}: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         _ => {
             eprintln!("usage: see the top of tests/kernel/src/bin/probe.rs");
             ExitCode::from(2)

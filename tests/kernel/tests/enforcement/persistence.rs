@@ -13,7 +13,7 @@ use palisade_agent::{
     targets::Hierarchy,
 };
 use palisade_kernel_tests::{
-    Answer, EPERM, Kernel, ProbeReport, Prober, deny_read, file, policy, probe,
+    Answer, EPERM, Kernel, ProbeReport, Prober, deny_read, file, policy, probe, spawn_probe,
 };
 
 use super::{Agent, cleanup_agent, eventually, fresh_dir, write_policy};
@@ -167,6 +167,57 @@ fn a_cgroup_created_after_its_policy_is_armed_before_its_first_exec() {
     let (stopped, log) = agent.stop(libc::SIGTERM);
     assert!(stopped, "{log}");
     cleanup_agent(bpffs);
+}
+
+/// A policy file edited to name a cgroup not created yet: its old target stays protected until
+/// the new one is armed. A process in the old target makes the new cgroup the moment it is
+/// released: were the old target released first, that cgroup would be made unarmed, and run
+/// its first process unconfined.
+#[test]
+fn an_edit_to_a_cgroup_not_created_yet_keeps_the_old_target_until_the_new_one_is_armed() {
+    let mut kernel = Kernel::new();
+    let old = kernel.cgroup(None, "moving");
+    let parent = kernel.cgroup(None, "moving-to");
+    let secret = file("/tmp/moving/secret");
+    let dir = fresh_dir("/tmp/moving-policies");
+    let policy_file = format!("{dir}/app.yaml");
+    write_policy(&policy_file, "app", old.path.to_str().unwrap(), secret);
+    let bpffs = "/sys/fs/bpf/palisade-test-moving";
+    let agent = Agent::start(dir, bpffs, "moving");
+    eventually(&old, secret, &EPERM);
+
+    let new = parent.path.join("new");
+    let mut released = spawn_probe(
+        Some(&old),
+        &["read-until-allowed", secret, new.to_str().unwrap()],
+    );
+    write_policy(&policy_file, "app", new.to_str().unwrap(), secret);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = released.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = released.kill();
+            panic!("the old target was never released: {}", agent.log());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "making the new cgroup failed");
+    let new = Hierarchy::find()
+        .unwrap()
+        .open(new.to_str().unwrap())
+        .unwrap();
+    assert_eq!(
+        probe(Some(&new), &["read", secret]),
+        EPERM,
+        "the new cgroup, made as the old target was released: {}",
+        agent.log()
+    );
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    cleanup_agent(bpffs);
+    new.remove().unwrap();
 }
 
 #[test]
