@@ -27,6 +27,22 @@ use palisade_kube_tests::{
 
 use super::{Agent, cleanup_agent, fresh_dir};
 
+/// Runs `test` on a runtime of its own.
+fn block_on(test: impl Future<Output = ()>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(test);
+}
+
+/// `name`, made this kernel's: the API server outlives a boot, so each kernel's run names its
+/// namespaces and nodes its own way.
+fn this_kernels(name: &str) -> String {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    format!("{name}-{}", release.trim().replace(['.', '+', '_'], "-"))
+}
+
 /// Makes `pod`'s cgroup, as the kubelet does when it starts it.
 fn start_pod(node: &Node, pod: &Pod) -> Cgroup {
     let path = node.start(pod);
@@ -98,19 +114,12 @@ async fn apply_and_time(document: &str, pod: &Cgroup, path: &str) -> Duration {
 
 #[test]
 fn kubernetes_policies_reach_the_selected_pods_only() {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(end_to_end());
+    block_on(end_to_end());
 }
 
 async fn end_to_end() {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    // The API server outlives a boot: names of their own for each kernel.
-    let suffix = release.trim().replace(['.', '+', '_'], "-");
-    let ns = format!("e2e-{suffix}");
-    let node = Node::this_machine(&format!("vm-{suffix}"));
+    let ns = this_kernels("e2e");
+    let node = Node::this_machine(&this_kernels("vm"));
     let client = admin().await;
     namespace(&client, &ns, &[]).await;
     std::fs::create_dir_all(node.best_effort()).unwrap();
@@ -239,6 +248,7 @@ async fn end_to_end() {
         .iter()
         .map(|latency| latency.as_secs_f64() * 1e3)
         .collect();
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     let measured = serde_json::json!({"kernel": release.trim(), "apply_to_enforce_ms": millis});
     std::fs::create_dir_all("/tmp/palisade-results").unwrap();
     std::fs::write(
@@ -250,11 +260,7 @@ async fn end_to_end() {
 
 #[test]
 fn a_broken_policy_never_releases_a_pod_even_across_a_restart() {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(fail_closed());
+    block_on(fail_closed());
 }
 
 /// `policy` made unable to compile: its rule module is not there.
@@ -281,11 +287,9 @@ async fn rejected(policies: &Api<PalisadePolicy>) {
 }
 
 async fn fail_closed() {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let suffix = release.trim().replace(['.', '+', '_'], "-");
-    let ns = format!("fail-closed-{suffix}");
+    let ns = this_kernels("fail-closed");
     // A node of its own: the other test's agent watches the pods of its node only.
-    let node = Node::this_machine(&format!("vm-fail-closed-{suffix}"));
+    let node = Node::this_machine(&this_kernels("vm-fail-closed"));
     let client = admin().await;
     namespace(&client, &ns, &[("tenant", &ns)]).await;
     std::fs::create_dir_all(node.best_effort()).unwrap();
@@ -447,21 +451,15 @@ fn pipe(mut from: TcpStream, mut to: TcpStream) {
 
 #[test]
 fn an_api_server_outage_keeps_enforcement_and_the_agent_catches_up() {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(outage());
+    block_on(outage());
 }
 
 /// The API server gone for 30 s, and the policy edited meanwhile: the pod stays protected
 /// throughout, the agent keeps running, and once the API server is back it enforces the edit
 /// and reports it in the status.
 async fn outage() {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let suffix = release.trim().replace(['.', '+', '_'], "-");
-    let ns = format!("outage-{suffix}");
-    let node = Node::this_machine(&format!("vm-outage-{suffix}"));
+    let ns = this_kernels("outage");
+    let node = Node::this_machine(&this_kernels("vm-outage"));
     let client = admin().await;
     namespace(&client, &ns, &[]).await;
     std::fs::create_dir_all(node.best_effort()).unwrap();
