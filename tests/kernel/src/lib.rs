@@ -4,8 +4,9 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command, ExitStatus, Stdio},
     sync::{Arc, Mutex, MutexGuard, OnceLock},
+    time::{Duration, Instant},
 };
 
 use aya::maps::{MapData, RingBuf};
@@ -143,6 +144,26 @@ pub fn spawn_probe(cgroup: Option<&Cgroup>, args: &[&str]) -> Child {
     probe_command(cgroup, args)
         .spawn()
         .expect("starting the probe")
+}
+
+/// Waits up to `limit` for `child` to exit: how it did. Past the limit, kills it and fails with
+/// `never`'s message.
+pub fn exited_within(
+    child: &mut Child,
+    limit: Duration,
+    never: impl FnOnce() -> String,
+) -> ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting for the child") {
+            return status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{}", never());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Reads `path` in a loop inside a target until told to stop, counting each answer.

@@ -509,28 +509,20 @@ fn a_flood_never_blinds_the_event_pipeline() {
     // Within moments, every event submitted is written or counted as dropped by the agent, and
     // the file holds what it counts as written (a batch is in the file a moment before it is
     // counted: asked again).
-    let started = Instant::now();
-    let (written, scrape) = loop {
-        let scrape = Scrape::now();
+    let written = scrape_until(&agent, "every event handled", |scrape| {
         let written = lines();
         let written_total = scrape.value("palisade_events_written_total", &[]);
         let handled = written_total
             + scrape.value("palisade_events_overflowed_total", &[])
             + scrape.value("palisade_events_undecodable_total", &[]);
         let submitted = scrape.value("palisade_events_total", &[]);
-        if handled == submitted && written.len() as f64 == written_total {
+        (handled == submitted && written.len() as f64 == written_total).then(|| {
             assert_eq!(scrape.value("palisade_events_queued", &[]), 0.0);
-            break (written, scrape);
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "{handled} events handled of {submitted} submitted, {} lines for {written_total} \
-             written: {}",
-            written.len(),
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
+            written
+        })
+    });
+    // Every event handled: the counts stand still from here.
+    let scrape = Scrape::now();
     let denied = scrape.value("palisade_rule_decisions_total", &[("policy", "blind")]);
     assert_eq!(denied, (flooded.eperm + trickled) as f64);
     let submitted = scrape.value("palisade_events_total", &[]);

@@ -13,7 +13,8 @@ use palisade_agent::{
     targets::Hierarchy,
 };
 use palisade_kernel_tests::{
-    Answer, EPERM, Kernel, ProbeReport, Prober, deny_read, file, policy, probe, spawn_probe,
+    Answer, EPERM, Kernel, ProbeReport, Prober, deny_read, exited_within, file, policy, probe,
+    spawn_probe,
 };
 
 use super::{Agent, cleanup_agent, eventually, fresh_dir, write_policy};
@@ -192,17 +193,9 @@ fn an_edit_to_a_cgroup_not_created_yet_keeps_the_old_target_until_the_new_one_is
         &["read-until-allowed", secret, new.to_str().unwrap()],
     );
     write_policy(&policy_file, "app", new.to_str().unwrap(), secret);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = released.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            let _ = released.kill();
-            panic!("the old target was never released: {}", agent.log());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = exited_within(&mut released, Duration::from_secs(120), || {
+        format!("the old target was never released: {}", agent.log())
+    });
     assert!(status.success(), "making the new cgroup failed");
     let new = Hierarchy::find()
         .unwrap()

@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use palisade_kernel_tests::{EPERM, Kernel, binary, file, probe, spawn_probe};
+use palisade_kernel_tests::{EPERM, Kernel, binary, exited_within, file, probe, spawn_probe};
 
 use super::{
     Agent, cleanup_agent, fresh_dir,
@@ -88,18 +88,9 @@ fn a_rust_module_compiles_rules_the_kernel_enforces_and_decides_their_events() {
     let stop = "/tmp/module/stop";
     let _ = std::fs::remove_file(stop);
     let mut reader = spawn_probe(Some(&target), &["read-until", secret, stop]);
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = reader.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the module's kill verdict never landed: {}",
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = exited_within(&mut reader, Duration::from_secs(30), || {
+        format!("the module's kill verdict never landed: {}", agent.log())
+    });
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
     wait_for("a killed event", || {
         events("module").iter().any(|event| event["killed"] == true)
