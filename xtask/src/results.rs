@@ -10,22 +10,39 @@ pub enum Outcome {
     Ignored,
 }
 
-/// `test NAME ... ok|FAILED|ignored` lines, by test name.
+/// `test NAME ... ok|FAILED|ignored` lines, by test name. What a test's child processes print
+/// lands between `test NAME ... ` and its result, so a result alone on a later line (before the
+/// next test) counts too.
 pub fn parse(console: &str) -> BTreeMap<String, Outcome> {
-    console
+    let mut outcomes = BTreeMap::new();
+    let mut running = None;
+    for line in console
         .lines()
-        .filter_map(|line| {
-            let rest = line.trim_end_matches('\r').trim().strip_prefix("test ")?;
-            let (name, result) = rest.split_once(" ... ")?;
-            let outcome = match result.trim() {
-                "ok" => Outcome::Passed,
-                "FAILED" => Outcome::Failed,
-                result if result.starts_with("ignored") => Outcome::Ignored,
-                _ => return None,
-            };
-            Some((name.to_owned(), outcome))
-        })
-        .collect()
+        .map(|line| line.trim_end_matches('\r').trim())
+    {
+        let (name, result) = match line
+            .strip_prefix("test ")
+            .and_then(|rest| rest.split_once(" ... "))
+        {
+            Some((name, result)) => (name, result),
+            None => match running {
+                Some(name) => (name, line),
+                None => continue,
+            },
+        };
+        running = None;
+        let outcome = match result.trim() {
+            "ok" => Outcome::Passed,
+            "FAILED" => Outcome::Failed,
+            result if result.starts_with("ignored") => Outcome::Ignored,
+            _ => {
+                running = Some(name);
+                continue;
+            }
+        };
+        outcomes.insert(name.to_owned(), outcome);
+    }
+    outcomes
 }
 
 /// Names from `--list` output (`NAME: test`).
@@ -91,12 +108,14 @@ mod tests {
 
     #[test]
     fn tests_that_did_not_run_count_as_failures() {
-        let console = "running 4 tests\r\ntest a ... ok\r\ntest b ... FAILED\n[  3.1] some kernel line\ntest c ... ignored, needs x\n";
-        let expected = listed("a: test\nb: test\nc: test\nd: test\n\n4 tests, 0 benchmarks\n");
+        let console = "running 6 tests\r\ntest a ... ok\r\ntest b ... FAILED\n[  3.1] some kernel line\ntest c ... ignored, needs x\ntest e ... mount: busy\n[  4.2] some kernel line\nok\ntest f ... \nchild output\n";
+        let expected = listed(
+            "a: test\nb: test\nc: test\nd: test\ne: test\nf: test\n\n6 tests, 0 benchmarks\n",
+        );
         let summary = Summary::new(&expected, &parse(console));
-        assert_eq!(summary.passed, ["a"]);
+        assert_eq!(summary.passed, ["a", "e"]);
         assert_eq!(summary.failed, ["b"]);
-        assert_eq!(summary.not_run, ["c", "d"]);
-        assert_eq!(summary.failures(), 3);
+        assert_eq!(summary.not_run, ["c", "d", "f"]);
+        assert_eq!(summary.failures(), 4);
     }
 }

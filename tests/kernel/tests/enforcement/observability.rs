@@ -623,12 +623,14 @@ fn a_full_then_read_only_event_file_system_stops_no_denial_and_writing_resumes()
     assert!(lost > 0.0, "{written} written");
     agent.wait_for_log("No space left on device");
     // Read-only, once the agent closed the file after a failed write (a file system with a
-    // file open for writing cannot be made read-only): another denial while it is open.
+    // file open for writing cannot be made read-only, "Device or resource busy"): another
+    // denial while it is open. Output, not status: what mount prints stays off the console.
     let started = Instant::now();
     while !Command::new("mount")
         .args(["-o", "remount,ro", mount])
-        .status()
+        .output()
         .unwrap()
+        .status
         .success()
     {
         assert!(
