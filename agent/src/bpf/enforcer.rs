@@ -753,6 +753,19 @@ impl Enforcer {
         Ok(true)
     }
 
+    /// Whether cgroup `target_id` is a target, of this agent or of an earlier one whose state it
+    /// adopted. A map that cannot be read counts as yes.
+    pub fn is_target(&self, target_id: u64) -> bool {
+        !matches!(self.targets.get(&target_id, 0), Err(MapError::KeyNotFound))
+    }
+
+    /// Whether cgroup `name` below `parent_id` is armed, by this agent or an earlier one. A map
+    /// that cannot be read counts as yes.
+    pub fn is_armed(&self, parent_id: u64, name: &str) -> bool {
+        pending_key(parent_id, name)
+            .is_ok_and(|key| !matches!(self.pending.get(&key, 0), Err(MapError::KeyNotFound)))
+    }
+
     /// Cgroups this process made targets.
     pub fn target_count(&self) -> usize {
         self.installed.len()

@@ -278,7 +278,7 @@ impl Reconciler {
             );
         }
         let mut errors = BTreeMap::new();
-        let wanted = self.wanted(objects, &mut reports, &mut errors);
+        let wanted = self.wanted(objects, &*enforcer, &mut reports, &mut errors);
         self.apply(wanted, enforcer, &mut reports, &mut errors);
         self.identify(objects);
         let new_errors = errors
@@ -294,6 +294,7 @@ impl Reconciler {
     fn wanted(
         &self,
         objects: &Objects,
+        enforcer: &impl Enforce,
         reports: &mut BTreeMap<PolicyKey, PolicyReport>,
         errors: &mut BTreeMap<String, String>,
     ) -> HashMap<String, Wanted> {
@@ -345,21 +346,42 @@ impl Reconciler {
             let enforced = self.enforced.get(&uid);
             // A pod never loses the protection it has to a policy that is rejected or to a
             // cgroup not found (yet): it keeps its policy (moved to its cgroup once the kubelet
-            // makes it) until the chosen one is enforced. A pod this agent does not protect gets
-            // nothing instead of a rejected policy: after a restart, what the previous agent
-            // left in the kernel may protect it (and stays, since the pod counts as an error).
+            // makes it, and to its current version if that compiled and still selects the pod)
+            // until the chosen one is enforced. A pod this agent does not protect gets the next
+            // policy that selects it and compiled, unless the kernel protects it already: after
+            // a restart, what the previous agent left stays (the pod counts as an error, so
+            // that state is not retired).
             let mut problem = None;
+            let mut fallback = false;
             let installing = match &self.compiled[&chosen.key].result {
                 Ok(compiled) => Some((&chosen.key, chosen.generation, compiled)),
                 Err(_) => {
                     problem = Some(format!("pod {name}: {} is rejected", chosen.key));
-                    enforced
-                        .map(|enforced| (&enforced.policy, enforced.generation, &enforced.compiled))
+                    let mut compiled_candidates = candidates.iter().filter_map(|candidate| {
+                        let compiled = self.compiled[&candidate.key].result.as_ref().ok()?;
+                        Some((&candidate.key, candidate.generation, compiled))
+                    });
+                    match enforced {
+                        Some(enforced) => Some(
+                            compiled_candidates
+                                .find(|(policy, ..)| **policy == enforced.policy)
+                                .unwrap_or((
+                                    &enforced.policy,
+                                    enforced.generation,
+                                    &enforced.compiled,
+                                )),
+                        ),
+                        None => {
+                            fallback = true;
+                            compiled_candidates.next()
+                        }
+                    }
                 }
             };
             let mut protector = enforced.map(|enforced| enforced.policy.clone());
             if let Some((policy, generation, compiled)) = installing {
                 match pod_placement(&self.cgroups, driver, pod) {
+                    Ok(placement) if fallback && enforcer.holds(&placement) => {}
                     Ok(placement) => {
                         protector = Some(policy.clone());
                         wanted.insert(

@@ -21,6 +21,9 @@ pub trait Enforce {
         policy: Arc<CompiledPolicy>,
     ) -> Result<(), StageError>;
     fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError>;
+    /// Whether the kernel has a policy at `placement` (enforced, or armed), whoever put it there
+    /// (after a restart, the previous agent).
+    fn holds(&self, placement: &Placement) -> bool;
 }
 
 impl Enforce for Enforcer {
@@ -43,6 +46,13 @@ impl Enforce for Enforcer {
 
     fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError> {
         Enforcer::unstage(self, parent_id, name)
+    }
+
+    fn holds(&self, placement: &Placement) -> bool {
+        match placement {
+            Placement::Target(target) => self.is_target(target.id),
+            Placement::Staged { parent, name } => self.is_armed(parent.id, name),
+        }
     }
 }
 
@@ -165,5 +175,14 @@ impl Enforce for FakeKernel {
 
     fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError> {
         Ok(self.staged.remove(&(parent_id, name.to_owned())).is_some())
+    }
+
+    fn holds(&self, placement: &Placement) -> bool {
+        match placement {
+            Placement::Target(target) => self.enforced.contains_key(&target.id),
+            Placement::Staged { parent, name } => {
+                self.staged.contains_key(&(parent.id, name.clone()))
+            }
+        }
     }
 }

@@ -193,8 +193,8 @@ async fn a_rejected_policy_never_releases_a_pod_from_the_policy_protecting_it() 
     eventually("the cluster policy", async || baseline(first_id).await).await;
 
     // The namespace's own policy wins selection, and is rejected: the pod keeps the cluster
-    // policy and the node does not count as enforced. A pod that comes meanwhile gets nothing:
-    // after a restart, what the previous agent left for it must stay.
+    // policy and the node does not count as enforced. A pod that comes meanwhile gets the
+    // cluster policy too, and both follow its new versions.
     apply_policy(&client, &rejected_web_policy("fail-closed")).await;
     let policies: Api<PalisadePolicy> = Api::namespaced(client.clone(), "fail-closed");
     eventually("web rejected", async || {
@@ -222,8 +222,25 @@ async fn a_rejected_policy_never_releases_a_pod_from_the_policy_protecting_it() 
         (entry.failed_pods == 2).then_some(())
     })
     .await;
-    assert!(agent.enforced(second_id).is_none());
+    eventually("web-2 gets the cluster policy", async || {
+        baseline(second_id).await
+    })
+    .await;
     assert!(baseline(first_id).await.is_some(), "web-1 kept its policy");
+    apply_policy(
+        &client,
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadeClusterPolicy\nmetadata:\n  name: fail-closed-baseline\nspec:\n  target:\n    selector: {}\n    namespaceSelector: {matchLabels: {tenant: fail-closed}}\n  mode: EnhanceProtect\n  enhanceProtect:\n    hardeningRules: [disallow-mount]\n",
+    )
+    .await;
+    for id in [first_id, second_id] {
+        eventually("the cluster policy's new version", async || {
+            let policy = baseline(id).await?;
+            rule_names(&policy)
+                .contains(&"disallow-mount".to_owned())
+                .then_some(())
+        })
+        .await;
+    }
 
     // Fixed, it replaces the cluster policy; a rejected new version leaves it in place.
     apply_policy(&client, &web_policy("fail-closed", "  mode: AlwaysAllow\n")).await;
@@ -286,7 +303,12 @@ async fn a_pod_whose_cgroup_cannot_be_found_keeps_its_policy() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_agent_restarted_on_a_rejected_version_keeps_what_the_previous_one_enforced() {
     let client = admin().await;
-    namespace(&client, "restart-rejected", &[]).await;
+    namespace(
+        &client,
+        "restart-rejected",
+        &[("tenant", "restart-rejected")],
+    )
+    .await;
     let node = Node::new("restart-rejected");
     let web = pod(
         &client,
@@ -302,8 +324,19 @@ async fn an_agent_restarted_on_a_rejected_version_keeps_what_the_previous_one_en
         &web_policy("restart-rejected", "  mode: RuntimeDefault\n"),
     )
     .await;
+    // Selects the pod too, and yields to the namespace's own policy.
+    apply_policy(
+        &client,
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadeClusterPolicy\nmetadata:\n  name: restart-rejected-baseline\nspec:\n  target:\n    selector: {}\n    namespaceSelector: {matchLabels: {tenant: restart-rejected}}\n  mode: AlwaysAllow\n",
+    )
+    .await;
     let agent = Agent::start(&node).await;
-    eventually("protected", async || agent.enforced(id)).await;
+    eventually("protected", async || {
+        agent
+            .enforced(id)
+            .filter(|policy| policy.name == "restart-rejected/web")
+    })
+    .await;
     let kernel = agent.stop();
 
     apply_policy(&client, &rejected_web_policy("restart-rejected")).await;
@@ -314,6 +347,25 @@ async fn an_agent_restarted_on_a_rejected_version_keeps_what_the_previous_one_en
         !agent.all_enforced(),
         "a rejected version counted as enforced"
     );
+    // Nor replace that entry with the next policy that selects the pod (weaker, here).
+    let kept = agent.enforced(id).expect("the previous agent's entry");
+    assert_eq!(kept.name, "restart-rejected/web");
+    // A pod the previous agent did not protect gets that next policy.
+    let new = pod(
+        &client,
+        "restart-rejected",
+        "web-2",
+        &node.name,
+        &[("app", "web")],
+    )
+    .await;
+    let new_id = node.id(&node.start(&new));
+    eventually("the new pod protected", async || {
+        agent
+            .enforced(new_id)
+            .filter(|policy| policy.name == "restart-rejected-baseline")
+    })
+    .await;
     let kept = agent.enforced(id).expect("the previous agent's entry");
     assert_eq!(kept.name, "restart-rejected/web");
 }

@@ -317,18 +317,19 @@ async fn fail_closed() {
     denied(&web, baseline_file).await;
 
     // The namespace's own policy wins selection and is broken: the pod keeps the cluster
-    // policy.
+    // policy, and a pod started meanwhile gets it.
     let policies: Api<PalisadePolicy> = Api::namespaced(client.clone(), &ns);
     apply_policy(&client, &broken(&policy(&ns, own_file))).await;
     rejected(&policies).await;
     assert_eq!(probe(Some(&web), &["read", baseline_file]), EPERM, "kept");
-
-    // Fixed, it takes over, on a pod started since too.
-    apply_policy(&client, &policy(&ns, own_file)).await;
     let late = start_pod(
         &node,
         &pod(&client, &ns, "web-late", &node.name, &[("app", "web")]).await,
     );
+    denied(&late, baseline_file).await;
+
+    // Fixed, it takes over.
+    apply_policy(&client, &policy(&ns, own_file)).await;
     denied(&web, own_file).await;
     denied(&late, own_file).await;
     assert_eq!(probe(Some(&web), &["read", baseline_file]), Answer::Ok);
@@ -343,10 +344,21 @@ async fn fail_closed() {
         assert_eq!(
             probe(Some(pod), &["read", own_file]),
             EPERM,
-            "the previous agent's entries were retired: {}",
+            "the previous agent's entries were retired or replaced: {}",
             agent.log()
         );
     }
+    // A pod the killed agent did not protect gets the next policy that selects it.
+    let new = start_pod(
+        &node,
+        &pod(&client, &ns, "web-new", &node.name, &[("app", "web")]).await,
+    );
+    denied(&new, baseline_file).await;
+    assert_eq!(
+        probe(Some(&web), &["read", own_file]),
+        EPERM,
+        "still the previous agent's"
+    );
 
     // Fixed again: enforced by the new agent.
     apply_policy(&client, &policy(&ns, baseline_file)).await;
