@@ -1,5 +1,5 @@
 // The physical floor of the allow path: an empty program on each LSM hook the agent attaches to,
-// named like the agent's programs. `kernel-bench` checks that the two sets match.
+// named like the agent's programs. A unit test of `kernel-bench` checks that the two sets match.
 
 #define SEC(name) __attribute__((section(name), used))
 

@@ -136,6 +136,11 @@ struct palisade_trie_path {
 	__u8 path[PALISADE_KEY_PATH_LEN];
 };
 
+/* Bits of a trie key matched before its path (policy_id), and before its address (policy_id,
+ * protocol, reserved and port): a key's prefix length adds those of its path or address. */
+#define PALISADE_TRIE_FIXED_BITS 32
+#define PALISADE_NETWORK_FIXED_BITS 64
+
 struct palisade_trie_key {
 	__u32 prefixlen; /* in bits, counting policy_id */
 	struct palisade_trie_path data;

@@ -80,7 +80,7 @@ static __always_inline int check_destination(__u32 hook, struct socket *sock, vo
 	    bpf_probe_read_kernel(&sa, len < (int)sizeof(sa) ? sizeof(struct sockaddr_in) : sizeof(sa),
 				  address))
 		return 0;
-	struct palisade_network_key key = { .prefixlen = 64 + 128,
+	struct palisade_network_key key = { .prefixlen = PALISADE_NETWORK_FIXED_BITS + 128,
 					    .data = { .policy_id = subject.target->policy_id } };
 	if (sa.sin6_family == AF_INET) {
 		struct sockaddr_in *in = (struct sockaddr_in *)&sa;

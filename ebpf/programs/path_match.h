@@ -20,7 +20,7 @@ static __always_inline void match_globs(const struct palisade_target *target, st
 			break;
 		key->data.path[i] = s->path[(chars - 1 - i) & (PATH_BUF_LEN - 1)];
 	}
-	key->prefixlen = 32 + n * 8;
+	key->prefixlen = PALISADE_TRIE_FIXED_BITS + n * 8;
 	struct palisade_path_verdict *suffix = bpf_map_lookup_elem(&path_suffixes, key);
 	if (!suffix)
 		return;
@@ -45,7 +45,7 @@ static __always_inline void match_path(const struct palisade_target *target, str
 	struct palisade_trie_key *key = &s->key;
 	__u32 n = len > PALISADE_KEY_PATH_LEN ? PALISADE_KEY_PATH_LEN : len;
 	key->data.policy_id = target->policy_id;
-	key->prefixlen = 32 + n * 8;
+	key->prefixlen = PALISADE_TRIE_FIXED_BITS + n * 8;
 	__builtin_memcpy(key->data.path, s->path, sizeof(key->data.path));
 	struct palisade_path_verdict *prefix = bpf_map_lookup_elem(&path_prefixes, key);
 	if (!prefix)

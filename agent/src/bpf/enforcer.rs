@@ -13,26 +13,27 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{
         Array, ArrayOfMaps, HashMap as BpfHashMap, MapData, MapError, PerCpuArray, PerCpuHashMap,
-        RingBuf,
-        lpm_trie::{Key, LpmTrie},
+        RingBuf, lpm_trie::LpmTrie,
     },
     programs::{Lsm, ProgramError, links::FdLink},
 };
 use palisade_common::{
-    CGROUP_NAME_LEN, Config, GlobKey, GlobRule, HookCost, KEY_PATH_LEN, MountTypeKey,
-    NetworkKeyData, PathVerdict, PendingKey, Policy as KernelPolicy, RULE_PATH_OUTSIDE_MOUNT,
-    RULE_SELF_PROTECTION, RuleCount, RuleKey, STAT_EVENTS, STAT_EVENTS_DROPPED,
-    STAT_EVENTS_THROTTLED, STAT_UNCOUNTED, STAT_UNDECIDED, SocketKey, Target, TriePath, Verdict,
+    Config, GlobKey, GlobRule, HookCost, MountTypeKey, NetworkKeyData, PathVerdict, PendingKey,
+    Policy as KernelPolicy, RULE_PATH_OUTSIDE_MOUNT, RULE_SELF_PROTECTION, RuleCount, RuleKey,
+    STAT_EVENTS, STAT_EVENTS_DROPPED, STAT_EVENTS_THROTTLED, STAT_UNCOUNTED, STAT_UNDECIDED,
+    SocketKey, Target, TriePath, Verdict,
 };
 
 use tracing::{info, warn};
 
 use super::{
-    HOOKS, LoadError, MAPS, OBJECT, PROGRAMS, PinnedState, Preflight, ProtectError, ProtectedFiles,
-    Protection, pinned,
+    HOOKS, LoadError, MAPS, Maps, OBJECT, PROGRAMS, PinnedState, Preflight, ProtectError,
+    ProtectedFiles, Protection,
+    layout::{glob_key, mount_type_key, network_key, pending_key, socket_key, trie_key},
+    pinned,
 };
 use crate::{
-    policy::{CompiledPolicy, NetworkEntry, TrieEntry},
+    policy::{CompiledPolicy, TrieEntry},
     targets::Cgroup,
 };
 
@@ -269,8 +270,8 @@ pub struct Enforcer {
     hook_cost: PerCpuArray<MapData, HookCost>,
     /// While measuring cost.
     measuring: Option<Measuring>,
-    sync_barrier: ArrayOfMaps<MapData>,
-    sync_inner: MapData,
+    sync_barrier: ArrayOfMaps<MapData, Array<MapData, u32>>,
+    sync_inner: Array<MapData, u32>,
     events: Option<RingBuf<MapData>>,
     installed: HashMap<u64, Installed>,
     /// Cgroups armed before they exist, by (parent id, name).
@@ -279,63 +280,6 @@ pub struct Enforcer {
     targets_per_level: [u32; 64],
     next_policy_id: u32,
     registry: PolicyRegistry,
-}
-
-fn take<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, LoadError>
-where
-    T: TryFrom<aya::maps::Map>,
-{
-    ebpf.take_map(name)
-        .and_then(|map| T::try_from(map).ok())
-        .ok_or(LoadError::Map(name))
-}
-
-fn pending_key(parent_id: u64, name: &str) -> Result<PendingKey, StageError> {
-    let mut key = PendingKey {
-        parent_id,
-        name: [0; CGROUP_NAME_LEN as usize],
-    };
-    if name.is_empty() || name.len() >= key.name.len() || name.contains('/') {
-        return Err(StageError::Name(name.to_owned()));
-    }
-    key.name[..name.len()].copy_from_slice(name.as_bytes());
-    Ok(key)
-}
-
-fn mount_type_key(policy_id: u32, fs_type: &[u8; 16]) -> MountTypeKey {
-    MountTypeKey {
-        policy_id,
-        fs_type: *fs_type,
-    }
-}
-
-fn socket_key(policy_id: u32, (family, protocol): (u32, u32)) -> SocketKey {
-    SocketKey {
-        policy_id,
-        family,
-        protocol,
-    }
-}
-
-fn network_key(policy_id: u32, entry: &NetworkEntry) -> Key<NetworkKeyData> {
-    let data = NetworkKeyData {
-        policy_id,
-        protocol: entry.protocol,
-        reserved: 0,
-        port: entry.port,
-        addr: entry.block.addr,
-    };
-    // policy_id, protocol, reserved and port are always matched in full.
-    Key::new(64 + entry.block.bits, data)
-}
-
-fn trie_key(policy_id: u32, bytes: &[u8]) -> Key<TriePath> {
-    let mut path = TriePath {
-        policy_id,
-        path: [0; KEY_PATH_LEN as usize],
-    };
-    path.path[..bytes.len()].copy_from_slice(bytes);
-    Key::new(32 + 8 * bytes.len() as u32, path)
 }
 
 impl Enforcer {
@@ -357,7 +301,6 @@ impl Enforcer {
         let btf = Btf::from_sys_fs().map_err(|err| LoadError::NoBtf(err.to_string()))?;
         let mut loader = EbpfLoader::new();
         loader.btf(Some(&btf));
-        let program_names: Vec<&str> = PROGRAMS.iter().map(|(name, _)| *name).collect();
         let mut adopted = false;
         let mut replaced = false;
         if let Some(state) = &pinned
@@ -378,20 +321,20 @@ impl Enforcer {
                 let dir = state.dir().join(dir);
                 std::fs::create_dir_all(&dir).map_err(|err| LoadError::pin(&dir, err))?;
             }
-            adopted = state.links_complete(&program_names);
+            adopted = state.links_complete(PROGRAMS);
             for name in MAPS {
                 loader.map_pin_path(name, state.map(name));
             }
         }
         let mut ebpf = loader.load(OBJECT)?;
         if !adopted {
-            for (name, hook) in PROGRAMS {
+            for name in PROGRAMS {
                 let program: &mut Lsm = ebpf
                     .program_mut(name)
                     .and_then(|program| program.try_into().ok())
                     .ok_or(LoadError::MissingProgram(name))?;
                 program
-                    .load(hook, &btf)
+                    .load(name, &btf)
                     .map_err(|err| LoadError::program("load", name, err))?;
                 let link = program
                     .attach()
@@ -409,29 +352,45 @@ impl Enforcer {
                 }
             }
         }
+        let Maps {
+            config,
+            targets,
+            pending,
+            protected_inodes,
+            policies,
+            path_prefixes,
+            path_suffixes,
+            globs,
+            mount_types,
+            sockets,
+            network,
+            events,
+            stats,
+            rule_counts,
+            hook_cost,
+            sync_barrier,
+            sync_inner,
+        } = Maps::take(&mut ebpf)?;
         let mut enforcer = Self {
-            config_map: take(&mut ebpf, "config")?,
-            targets: take(&mut ebpf, "targets")?,
-            pending: take(&mut ebpf, "pending")?,
-            protected: ProtectedFiles::new(take(&mut ebpf, "protected_inodes")?),
-            prefixes: take(&mut ebpf, "path_prefixes")?,
-            suffixes: take(&mut ebpf, "path_suffixes")?,
-            globs: take(&mut ebpf, "globs")?,
-            policies: take(&mut ebpf, "policies")?,
-            mount_types: take(&mut ebpf, "mount_types")?,
-            sockets: take(&mut ebpf, "sockets")?,
-            network: take(&mut ebpf, "network")?,
-            stats: take(&mut ebpf, "stats")?,
-            rule_counts: take(&mut ebpf, "rule_counts")?,
+            config_map: config,
+            targets,
+            pending,
+            protected: ProtectedFiles::new(protected_inodes),
+            prefixes: path_prefixes,
+            suffixes: path_suffixes,
+            globs,
+            policies,
+            mount_types,
+            sockets,
+            network,
+            stats,
+            rule_counts,
             retired_counts: BTreeMap::new(),
-            hook_cost: take(&mut ebpf, "hook_cost")?,
+            hook_cost,
             measuring: None,
-            sync_barrier: take(&mut ebpf, "sync_barrier")?,
-            sync_inner: match ebpf.take_map("sync_inner") {
-                Some(aya::maps::Map::Array(map)) => map,
-                _ => return Err(LoadError::Map("sync_inner")),
-            },
-            events: Some(take(&mut ebpf, "events")?),
+            sync_barrier,
+            sync_inner,
+            events: Some(events),
             _ebpf: ebpf,
             pinned,
             replaced_pinned_state: replaced,
@@ -653,7 +612,7 @@ impl Enforcer {
         name: &str,
         policy: Arc<CompiledPolicy>,
     ) -> Result<(), StageError> {
-        let key = pending_key(parent.id, name)?;
+        let key = pending_key(parent.id, name).ok_or_else(|| StageError::Name(name.to_owned()))?;
         let level = parent.level + 1;
         if level as usize >= self.targets_per_level.len() {
             return Err(StageError::TooDeep);
@@ -744,7 +703,8 @@ impl Enforcer {
         let Some(old) = self.staged.remove(&(parent_id, name.to_owned())) else {
             return Ok(false);
         };
-        self.pending.remove(&pending_key(parent_id, name)?)?;
+        let key = pending_key(parent_id, name).ok_or_else(|| StageError::Name(name.to_owned()))?;
+        self.pending.remove(&key)?;
         self.targets_per_level[old.level as usize] -= 1;
         if let Err(err) = self.publish_levels() {
             warn!("updating the probed cgroup levels: {err}");
@@ -763,7 +723,7 @@ impl Enforcer {
     /// that cannot be read counts as yes.
     pub fn is_armed(&self, parent_id: u64, name: &str) -> bool {
         pending_key(parent_id, name)
-            .is_ok_and(|key| !matches!(self.pending.get(&key, 0), Err(MapError::KeyNotFound)))
+            .is_some_and(|key| !matches!(self.pending.get(&key, 0), Err(MapError::KeyNotFound)))
     }
 
     /// Cgroups this process made targets.
@@ -892,7 +852,7 @@ impl Enforcer {
     /// The ids of the attached programs, by the links they are attached through.
     fn program_ids(&self) -> Result<HashMap<u32, &'static str>, MeasureError> {
         let mut ids = HashMap::new();
-        for (name, _) in PROGRAMS {
+        for name in PROGRAMS {
             let id = match &self.pinned {
                 Some(state) => FdLink::from(aya::programs::links::PinnedLink::from_pin(
                     state.link(name),
@@ -971,14 +931,7 @@ impl Enforcer {
                 .insert(&network_key(policy_id, entry), entry.verdict, 0)?;
         }
         for (index, glob) in policy.globs.iter().enumerate() {
-            self.globs.insert(
-                GlobKey {
-                    policy_id,
-                    index: index as u32,
-                },
-                glob,
-                0,
-            )?;
+            self.globs.insert(glob_key(policy_id, index), glob, 0)?;
         }
         for TrieEntry { key, verdict } in &policy.suffixes {
             self.suffixes
@@ -1005,10 +958,7 @@ impl Enforcer {
             let _ = self.network.remove(&network_key(policy_id, entry));
         }
         for index in 0..policy.globs.len() {
-            let _ = self.globs.remove(&GlobKey {
-                policy_id,
-                index: index as u32,
-            });
+            let _ = self.globs.remove(&glob_key(policy_id, index));
         }
         for entry in &policy.suffixes {
             let _ = self.suffixes.remove(&trie_key(policy_id, &entry.key));

@@ -1,6 +1,7 @@
 //! The hooks decisions are made in, by the number events and counters carry, with the name they
 //! are reported by and the class of rules they decide.
 
+use Subject::{Capability, Destination, FsType, Other, Path};
 use palisade_common::{
     ACTION_DENY, HOOK_BPF, HOOK_BPRM_CHECK, HOOK_CAPABLE, HOOK_FILE_OPEN, HOOK_FILE_RECEIVE,
     HOOK_FS_CONTEXT_PARSE_PARAM, HOOK_MMAP_FILE, HOOK_MOVE_MOUNT, HOOK_PATH_CHMOD, HOOK_PATH_LINK,
@@ -17,50 +18,95 @@ pub struct Hook {
     pub name: &'static str,
     /// The rules it decides: files, exec, process, mount, capabilities, bpf or network.
     pub rule_class: &'static str,
+    /// What its decisions look up, as its audit events record it.
+    pub subject: Subject,
 }
 
-const fn hook(number: u32, name: &'static str, rule_class: &'static str) -> Hook {
+/// What a hook's decisions look up in a policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    /// A path, with the permissions asked on it.
+    Path,
+    Capability,
+    /// A destination: address, protocol and port.
+    Destination,
+    /// The type of a file system being mounted.
+    FsType,
+    /// What an event does not record in full (a signal's or tracee's target, a socket's family,
+    /// a BPF command): such events cannot be replayed.
+    Other,
+}
+
+const fn hook(number: u32, name: &'static str, rule_class: &'static str, subject: Subject) -> Hook {
     Hook {
         number,
         name,
         rule_class,
+        subject,
     }
 }
 
 pub const HOOKS: &[Hook] = &[
-    hook(HOOK_FILE_OPEN, "file_open", "files"),
-    hook(HOOK_FILE_RECEIVE, "file_receive", "files"),
-    hook(HOOK_PATH_TRUNCATE, "path_truncate", "files"),
-    hook(HOOK_PATH_UNLINK, "path_unlink", "files"),
-    hook(HOOK_PATH_RENAME, "path_rename", "files"),
-    hook(HOOK_PATH_LINK, "path_link", "files"),
-    hook(HOOK_PATH_SYMLINK, "path_symlink", "files"),
-    hook(HOOK_PATH_CHMOD, "path_chmod", "files"),
-    hook(HOOK_PATH_MKNOD, "path_mknod", "files"),
-    hook(HOOK_PATH_MKDIR, "path_mkdir", "files"),
-    hook(HOOK_PATH_RMDIR, "path_rmdir", "files"),
-    hook(HOOK_BPRM_CHECK, "bprm_check_security", "exec"),
-    hook(HOOK_MMAP_FILE, "mmap_file", "exec"),
-    hook(HOOK_TASK_KILL, "task_kill", "process"),
-    hook(HOOK_PTRACE_ACCESS_CHECK, "ptrace_access_check", "process"),
-    hook(HOOK_SB_MOUNT, "sb_mount", "mount"),
-    hook(HOOK_MOVE_MOUNT, "move_mount", "mount"),
+    hook(HOOK_FILE_OPEN, "file_open", "files", Path),
+    hook(HOOK_FILE_RECEIVE, "file_receive", "files", Path),
+    hook(HOOK_PATH_TRUNCATE, "path_truncate", "files", Path),
+    hook(HOOK_PATH_UNLINK, "path_unlink", "files", Path),
+    hook(HOOK_PATH_RENAME, "path_rename", "files", Path),
+    hook(HOOK_PATH_LINK, "path_link", "files", Path),
+    hook(HOOK_PATH_SYMLINK, "path_symlink", "files", Path),
+    hook(HOOK_PATH_CHMOD, "path_chmod", "files", Path),
+    hook(HOOK_PATH_MKNOD, "path_mknod", "files", Path),
+    hook(HOOK_PATH_MKDIR, "path_mkdir", "files", Path),
+    hook(HOOK_PATH_RMDIR, "path_rmdir", "files", Path),
+    hook(HOOK_BPRM_CHECK, "bprm_check_security", "exec", Path),
+    hook(HOOK_MMAP_FILE, "mmap_file", "exec", Path),
+    hook(HOOK_TASK_KILL, "task_kill", "process", Other),
+    hook(
+        HOOK_PTRACE_ACCESS_CHECK,
+        "ptrace_access_check",
+        "process",
+        Other,
+    ),
+    hook(HOOK_SB_MOUNT, "sb_mount", "mount", FsType),
+    hook(HOOK_MOVE_MOUNT, "move_mount", "mount", FsType),
     hook(
         HOOK_FS_CONTEXT_PARSE_PARAM,
         "fs_context_parse_param",
         "mount",
+        FsType,
     ),
-    hook(HOOK_SB_KERN_MOUNT, "sb_kern_mount", "mount"),
-    hook(HOOK_SB_UMOUNT, "sb_umount", "mount"),
-    hook(HOOK_CAPABLE, "capable", "capabilities"),
-    hook(HOOK_USERNS_CREATE, "userns_create", "capabilities"),
-    hook(HOOK_BPF, "bpf", "bpf"),
-    hook(HOOK_SOCKET_SETSOCKOPT, "socket_setsockopt", "bpf"),
-    hook(HOOK_SOCKET_CREATE, "socket_create", "network"),
-    hook(HOOK_SOCKET_CONNECT, "socket_connect", "network"),
-    hook(HOOK_SOCKET_SENDMSG, "socket_sendmsg", "network"),
-    hook(HOOK_UNIX_STREAM_CONNECT, "unix_stream_connect", "network"),
+    hook(HOOK_SB_KERN_MOUNT, "sb_kern_mount", "mount", FsType),
+    hook(HOOK_SB_UMOUNT, "sb_umount", "mount", Other),
+    hook(HOOK_CAPABLE, "capable", "capabilities", Capability),
+    hook(HOOK_USERNS_CREATE, "userns_create", "capabilities", Other),
+    hook(HOOK_BPF, "bpf", "bpf", Other),
+    hook(HOOK_SOCKET_SETSOCKOPT, "socket_setsockopt", "bpf", Other),
+    hook(HOOK_SOCKET_CREATE, "socket_create", "network", Other),
+    hook(
+        HOOK_SOCKET_CONNECT,
+        "socket_connect",
+        "network",
+        Destination,
+    ),
+    hook(
+        HOOK_SOCKET_SENDMSG,
+        "socket_sendmsg",
+        "network",
+        Destination,
+    ),
+    // Connecting to a named socket opens its path.
+    hook(
+        HOOK_UNIX_STREAM_CONNECT,
+        "unix_stream_connect",
+        "network",
+        Path,
+    ),
 ];
+
+/// The hook named `name`.
+pub fn hook_named(name: &str) -> Option<&'static Hook> {
+    HOOKS.iter().find(|hook| hook.name == name)
+}
 
 /// The name of hook `number` ("unknown" for a number this build does not know).
 pub fn hook_name(number: u32) -> &'static str {

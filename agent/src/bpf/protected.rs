@@ -5,14 +5,15 @@
 
 use std::{
     collections::HashMap,
-    fs::{File, Metadata},
-    os::unix::fs::MetadataExt,
+    fs::File,
     path::{Path, PathBuf},
     sync::{Arc, Mutex, MutexGuard},
 };
 
 use aya::maps::{HashMap as BpfHashMap, MapData, MapError};
 use palisade_common::{InodeKey, PROTECT_CHANGE, PROTECT_READ};
+
+use super::inode_key;
 
 /// What targets may not do to a file of the agent's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,17 +51,6 @@ struct Inner {
     map: BpfHashMap<MapData, InodeKey, u32>,
     /// What this process protects, and how.
     own: HashMap<InodeKey, u32>,
-}
-
-/// The kernel's key for the inode `metadata` describes.
-pub fn inode_key(metadata: &Metadata) -> InodeKey {
-    let dev = metadata.dev();
-    InodeKey {
-        ino: metadata.ino(),
-        // The kernel's encoding of a device number (MKDEV) differs from user space's.
-        dev: (libc::major(dev) << 20) | libc::minor(dev),
-        reserved: 0,
-    }
 }
 
 impl ProtectedFiles {

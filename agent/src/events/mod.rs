@@ -30,7 +30,7 @@ use palisade_common::{
 use serde::Serialize;
 
 use crate::{
-    bpf::{InstalledPolicy, PolicyRegistry, action_name, hook_name},
+    bpf::{Device, InstalledPolicy, PolicyRegistry, action_name, hook_name},
     policy::permission_names,
     targets::{PodIdentity, PodRegistry},
 };
@@ -198,32 +198,6 @@ fn as_map<S: serde::Serializer>(
 
 fn is_zero(count: &u32) -> bool {
     *count == 0
-}
-
-/// A device number as the kernel encodes it (major << 20 | minor), written "major:minor".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Device(pub u32);
-
-impl Device {
-    pub fn major(self) -> u32 {
-        self.0 >> 20
-    }
-
-    pub fn minor(self) -> u32 {
-        self.0 & 0xfffff
-    }
-}
-
-impl std::fmt::Display for Device {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.major(), self.minor())
-    }
-}
-
-impl Serialize for Device {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
 }
 
 /// A time in RFC 3339 with nanoseconds, in UTC ("2026-11-25T15:28:10.000000001Z"), as
@@ -561,7 +535,6 @@ mod tests {
             assert_eq!(rfc3339_nanos(time).as_str(), expected);
             assert_eq!(batch.format(time).as_str(), expected);
         }
-        assert_eq!(Device(8 << 20 | 17).to_string(), "8:17");
     }
 
     #[test]

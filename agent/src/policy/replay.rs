@@ -6,28 +6,15 @@ use std::net::IpAddr;
 
 use palisade_common::Verdict;
 
-use super::permission_bit;
-use super::{CompiledPolicy, catalog, effect::AddressBlock};
+use super::{CompiledPolicy, catalog, effect::AddressBlock, permission_bit};
+use crate::bpf::{Subject, hook_named};
 
 /// The decision `policy` makes on `event` (a line of the agent's JSON output); None when the
 /// event's operation is not one the record describes fully enough to replay.
 pub fn decide_event(policy: &CompiledPolicy, event: &serde_json::Value) -> Option<Verdict> {
     let text = |field: &str| event[field].as_str();
-    match text("hook")? {
-        "file_open"
-        | "file_receive"
-        | "bprm_check_security"
-        | "mmap_file"
-        | "unix_stream_connect"
-        | "path_truncate"
-        | "path_unlink"
-        | "path_rename"
-        | "path_link"
-        | "path_symlink"
-        | "path_chmod"
-        | "path_mknod"
-        | "path_mkdir"
-        | "path_rmdir" => {
+    match hook_named(text("hook")?)?.subject {
+        Subject::Path => {
             let perms = event["permissions"]
                 .as_array()?
                 .iter()
@@ -35,11 +22,11 @@ pub fn decide_event(policy: &CompiledPolicy, event: &serde_json::Value) -> Optio
                 .fold(0, |perms, perm| perms | perm);
             Some(policy.decide_path(text("path")?, perms))
         }
-        "capable" => {
+        Subject::Capability => {
             let number = catalog::capability(text("capability")?)?;
             Some(policy.switches.capability[number as usize])
         }
-        "socket_connect" | "socket_sendmsg" => {
+        Subject::Destination => {
             let socket = &event["socket"];
             let address: IpAddr = socket["address"].as_str()?.parse().ok()?;
             let port = u16::try_from(socket["port"].as_u64()?).ok()?;
@@ -52,7 +39,7 @@ pub fn decide_event(policy: &CompiledPolicy, event: &serde_json::Value) -> Optio
             };
             Some(decide_destination(policy, address, protocol, port))
         }
-        "sb_mount" | "sb_kern_mount" | "move_mount" | "fs_context_parse_param" => {
+        Subject::FsType => {
             let fs_type = text("fs_type")?;
             let mut verdict = policy.switches.mount;
             if let Some((_, by_type)) = policy.mount_types.iter().find(|(name, _)| {
@@ -67,7 +54,7 @@ pub fn decide_event(policy: &CompiledPolicy, event: &serde_json::Value) -> Optio
             }
             Some(verdict)
         }
-        _ => None,
+        Subject::Other => None,
     }
 }
 
