@@ -3,56 +3,26 @@
 
 use std::{
     collections::HashMap,
-    fs::File,
     hash::{Hash, Hasher},
-    io::Read,
-    os::fd::{AsRawFd, FromRawFd, OwnedFd},
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, Weak},
-    time::Duration,
+    sync::{Arc, Mutex},
 };
 
+use palisade_rule_sdk::wire;
 use sha2::{Digest, Sha256};
-
-use super::opa::{OpaInstance, OpaModule, is_core_module};
 use wasmtime::{
-    Config, Engine, Store, StoreLimits, StoreLimitsBuilder, Trap,
+    Config, Engine, Store, Trap,
     component::{Component, Linker},
 };
 
-mod bindings {
-    wasmtime::component::bindgen!({
-        world: "rule",
-        path: "../rule-sdk/wit",
-        additional_derives: [serde::Serialize, serde::Deserialize, PartialEq],
-    });
-}
-
-use bindings::{Rule, RulePre};
-use types::{Context, Entry};
-
-use palisade_rule_sdk::wire;
-/// An audit event as rule modules see it (its fields borrowed), and what happens to it: the
-/// SDK's own types, one definition for the agent and the modules.
-pub use palisade_rule_sdk::{Event, Severity, Verdict};
-
-/// The types of the ABI, as the host sees them.
-pub mod types {
-    pub use super::bindings::palisade::rule::types::*;
-}
-
-/// The ABI modules must be built for (the version of the WIT package `palisade:rule`).
-pub const ABI_VERSION: &str = "0.3.0";
-
-/// Memory one instance may grow to.
-const MEMORY_LIMIT: usize = 64 << 20;
-/// The unit of time budgets: how often the engine's epoch advances while a call runs (see
-/// `Epoch`); a call overruns its budget by less than a tick, 10% of `DECIDE_BUDGET`.
-const EPOCH_TICK: Duration = Duration::from_millis(20);
-/// Time one `compile` call may take.
-const COMPILE_BUDGET: Duration = Duration::from_secs(2);
-/// Time one `decide` call (a batch of events) may take.
-const DECIDE_BUDGET: Duration = Duration::from_millis(200);
+use super::{
+    abi::{
+        ABI_VERSION, Event, Rule, RulePre, Verdict,
+        types::{Context, Entry},
+    },
+    opa::{OpaInstance, OpaModule, is_core_module},
+    sandbox::{COMPILE_BUDGET, DECIDE_BUDGET, Epoch, State, set_budget, store},
+};
 
 /// How a call into a module failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -124,116 +94,6 @@ impl ModuleError {
             ModuleError::Failed { kind, .. } => Some(*kind),
             _ => None,
         }
-    }
-}
-
-pub(super) struct State {
-    limits: StoreLimits,
-    epoch: Arc<Epoch>,
-}
-
-/// The engine's epoch advances every `EPOCH_TICK` while a call into a module runs, and stands
-/// still between calls. A kernel timer (timerfd) keeps the time: the first call to start sets it
-/// going and the last to end stops it, a system call each, and its thread wakes only for the
-/// ticks of calls that last that long: calls a few milliseconds long, as deciding a batch of
-/// events is, wake no thread at all, and an idle agent none either.
-struct Epoch {
-    running: Mutex<usize>,
-    timer: OwnedFd,
-}
-
-/// A call running: counted until it is dropped.
-struct Ticking(Arc<Epoch>);
-
-impl Epoch {
-    /// An epoch, and the thread that advances `engine`'s while a call runs, until `engine` or
-    /// the epoch is dropped.
-    fn start_ticking(engine: wasmtime::EngineWeak) -> std::io::Result<Arc<Self>> {
-        // SAFETY: plain system call; the descriptor it returns is checked, then owned.
-        let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: a new descriptor nothing else owns.
-        let timer = unsafe { OwnedFd::from_raw_fd(fd) };
-        let ticks = File::from(timer.try_clone()?);
-        let epoch = Arc::new(Self {
-            running: Mutex::new(0),
-            timer,
-        });
-        let weak = Arc::downgrade(&epoch);
-        std::thread::Builder::new()
-            .name("wasm-epoch".to_owned())
-            .spawn(move || Self::tick(&ticks, &weak, &engine))?;
-        Ok(epoch)
-    }
-
-    /// Advances `engine`'s epoch once for each expiry of the timer read from `ticks`.
-    fn tick(mut ticks: &File, epoch: &Weak<Self>, engine: &wasmtime::EngineWeak) {
-        let mut expiries = [0; 8];
-        while ticks.read_exact(&mut expiries).is_ok() {
-            let (Some(_), Some(engine)) = (epoch.upgrade(), engine.upgrade()) else {
-                return;
-            };
-            for _ in 0..u64::from_ne_bytes(expiries) {
-                engine.increment_epoch();
-            }
-        }
-    }
-
-    fn running(&self) -> std::sync::MutexGuard<'_, usize> {
-        self.running
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
-    }
-
-    fn start(self: &Arc<Self>) -> Ticking {
-        let mut running = self.running();
-        if *running == 0 {
-            self.set_timer(EPOCH_TICK, EPOCH_TICK);
-        }
-        *running += 1;
-        Ticking(self.clone())
-    }
-
-    /// Expires first after `first`, then every `interval` (zero: stopped).
-    fn set_timer(&self, first: Duration, interval: Duration) {
-        let timespec = |duration: Duration| libc::timespec {
-            tv_sec: duration.as_secs() as libc::time_t,
-            tv_nsec: duration.subsec_nanos().into(),
-        };
-        let setting = libc::itimerspec {
-            it_interval: timespec(interval),
-            it_value: timespec(first),
-        };
-        // SAFETY: `timer` is a timerfd this epoch owns; `setting` outlives the call.
-        let set = unsafe {
-            libc::timerfd_settime(self.timer.as_raw_fd(), 0, &setting, std::ptr::null_mut())
-        };
-        // Only an invalid descriptor or setting fails, and neither can be.
-        assert_eq!(
-            set,
-            0,
-            "timerfd_settime: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
-impl Drop for Ticking {
-    fn drop(&mut self) {
-        let mut running = self.0.running();
-        *running -= 1;
-        if *running == 0 {
-            self.0.set_timer(Duration::ZERO, Duration::ZERO);
-        }
-    }
-}
-
-impl Drop for Epoch {
-    /// Ends the ticking thread: it wakes at once and finds the epoch gone.
-    fn drop(&mut self) {
-        self.set_timer(Duration::from_nanos(1), Duration::ZERO);
     }
 }
 
@@ -535,31 +395,6 @@ impl RuleHost {
             digest,
         })
     }
-}
-
-/// A store for one instance, with its memory limit.
-fn store(engine: &Engine, epoch: &Arc<Epoch>) -> Store<State> {
-    let mut store = Store::new(
-        engine,
-        State {
-            limits: StoreLimitsBuilder::new()
-                .memory_size(MEMORY_LIMIT)
-                .trap_on_grow_failure(true)
-                .build(),
-            epoch: epoch.clone(),
-        },
-    );
-    store.limiter(|state| &mut state.limits);
-    store.epoch_deadline_trap();
-    store
-}
-
-/// Gives the next call `budget` from now, which runs out while the returned guard lives.
-#[must_use]
-fn set_budget(store: &mut Store<State>, budget: Duration) -> Ticking {
-    let ticks = budget.as_millis() / EPOCH_TICK.as_millis();
-    store.set_epoch_deadline(ticks.max(1) as u64);
-    store.data().epoch.start()
 }
 
 /// An instance of a module, for calls one after another. It may be kept for the `decide` calls

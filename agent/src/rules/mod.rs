@@ -4,16 +4,18 @@
 //! time budget per call (epoch interruption). A module that misbehaves is stopped within its
 //! budget, the call fails with a reason, and the agent goes on.
 
+mod abi;
 mod build;
 mod host;
 mod opa;
+mod sandbox;
 
-pub use build::build;
-pub use host::{
-    ABI_VERSION, Event, FailureKind, Inspection, LoadedModule, ModuleError, ModuleInstance,
-    RuleHost, Severity, Verdict,
+pub use abi::{
+    ABI_VERSION, Event, Severity, Verdict,
     types::{Action, Context, Entry, FileRule, Matcher, NetworkRule, Permission, Protocol},
 };
+pub use build::build;
+pub use host::{FailureKind, Inspection, LoadedModule, ModuleError, ModuleInstance, RuleHost};
 
 use std::path::Path;
 

@@ -14,7 +14,10 @@
 use serde::Deserialize;
 use wasmtime::{Extern, ExternType, Func, Instance, Memory, MemoryType, Module, Store, TypedFunc};
 
-use super::host::{Event, Severity, State, Verdict, types};
+use super::{
+    abi::{Event, Severity, Verdict, types},
+    sandbox::State,
+};
 
 pub const COMPILE_ENTRYPOINT: &str = "palisade/compile";
 pub const DECIDE_ENTRYPOINT: &str = "palisade/decide";

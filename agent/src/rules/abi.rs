@@ -1,0 +1,22 @@
+//! The ABI between the agent and rule modules: the `palisade:rule` world's bindings
+//! (rule-sdk/wit), and the SDK's event and verdict types, one definition for both sides.
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        world: "rule",
+        path: "../rule-sdk/wit",
+        additional_derives: [serde::Serialize, serde::Deserialize, PartialEq],
+    });
+}
+
+pub(super) use bindings::{Rule, RulePre};
+/// An audit event as rule modules see it (its fields borrowed), and what happens to it.
+pub use palisade_rule_sdk::{Event, Severity, Verdict};
+
+/// The types of the ABI, as the host sees them.
+pub mod types {
+    pub use super::bindings::palisade::rule::types::*;
+}
+
+/// The ABI modules must be built for (the version of the WIT package `palisade:rule`).
+pub const ABI_VERSION: &str = "0.3.0";
