@@ -1,23 +1,29 @@
-//! The kernel side, seen from user space: loading and attaching the LSM programs, and the maps
-//! through which policies are enforced. `Enforcer` is the single owner of the loaded object.
+//! The kernel side, seen from user space: loading and attaching the LSM programs (`loader`), and
+//! the maps through which policies are enforced: the policies' entries (`store`), which target
+//! has which (`table`), and what the kernel counts (`counters`). `Enforcer` owns them all and
+//! switches policies in (`swap`); `layout` is the contract with the object.
 
+mod counters;
 mod enforcer;
 mod hooks;
 mod layout;
+mod loader;
 mod pinned;
 mod preflight;
 mod protected;
+mod registry;
+mod store;
+mod table;
 
-pub use enforcer::{
-    AuditRate, DecisionCost, Enforcer, InstalledPolicy, MeasureError, PolicyRegistry, ProgramRuns,
-    RetireError, RuleCounts, RuleLabels, SELF_PROTECTION, StageError, Stats,
-};
+pub use counters::{DecisionCost, MeasureError, ProgramRuns, RuleCounts, RuleLabels, Stats};
+pub use enforcer::{AuditRate, Enforcer, RetireError};
 pub use hooks::{HOOKS, Hook, Subject, action_name, hook_name, hook_named};
 pub use layout::{Device, PROGRAMS, inode_key};
 pub(crate) use layout::{MAPS, Maps};
 pub use pinned::{DEFAULT_ROOT, PinnedState, object_version, remove as remove_pinned};
 pub use preflight::{KERNEL_BTF, LoadError, LsmList, Preflight};
 pub use protected::{ProtectError, ProtectedFiles, Protection};
+pub use registry::{InstalledPolicy, PolicyRegistry, SELF_PROTECTION};
 
 /// The BPF object built from ebpf/programs by build.rs.
 pub(crate) static OBJECT: &[u8] =

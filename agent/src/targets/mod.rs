@@ -2,9 +2,13 @@
 //! and where they are for Kubernetes pods.
 
 mod cgroup;
+#[cfg(any(test, feature = "fake-kernel"))]
+mod fake;
 mod placement;
 mod pods;
 
 pub use cgroup::{Cgroup, CgroupError, Hierarchy, Mount, find_mount, join_in_child};
-pub use placement::{Enforce, FakeKernel, Placement};
+#[cfg(any(test, feature = "fake-kernel"))]
+pub use fake::FakeKernel;
+pub use placement::{Enforce, Placement, StageError};
 pub use pods::{CgroupDriver, PodIdentity, PodRegistry, container_id};

@@ -1,14 +1,23 @@
 //! Where a policy is enforced, and what placing it needs from the kernel side.
 
-use std::{collections::HashMap, path::Path, sync::Arc};
+use std::{path::Path, sync::Arc};
 
 use aya::maps::MapError;
 
 use super::{Cgroup, CgroupError, Hierarchy};
-use crate::{
-    bpf::{Enforcer, StageError},
-    policy::CompiledPolicy,
-};
+use crate::policy::CompiledPolicy;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error(
+        "cannot arm \"{0}\" before it exists: only cgroup names of 1 to 127 bytes without '/' can be"
+    )]
+    Name(String),
+    #[error("cannot arm a cgroup deeper than level 63")]
+    TooDeep,
+    #[error("{0}")]
+    Map(#[from] MapError),
+}
 
 /// What reconciling needs from the kernel side (a seam for tests).
 pub trait Enforce {
@@ -24,36 +33,6 @@ pub trait Enforce {
     /// Whether the kernel has a policy at `placement` (enforced, or armed), whoever put it there
     /// (after a restart, the previous agent).
     fn holds(&self, placement: &Placement) -> bool;
-}
-
-impl Enforce for Enforcer {
-    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError> {
-        Enforcer::apply(self, target, policy)
-    }
-
-    fn remove(&mut self, target_id: u64) -> Result<bool, MapError> {
-        Enforcer::remove(self, target_id)
-    }
-
-    fn stage(
-        &mut self,
-        parent: &Cgroup,
-        name: &str,
-        policy: Arc<CompiledPolicy>,
-    ) -> Result<(), StageError> {
-        Enforcer::stage(self, parent, name, policy)
-    }
-
-    fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError> {
-        Enforcer::unstage(self, parent_id, name)
-    }
-
-    fn holds(&self, placement: &Placement) -> bool {
-        match placement {
-            Placement::Target(target) => self.is_target(target.id),
-            Placement::Staged { parent, name } => self.is_armed(parent.id, name),
-        }
-    }
 }
 
 /// Where a policy is enforced: on its target, or armed for a target not created yet (the kernel
@@ -137,52 +116,6 @@ impl Placement {
                 .unstage(parent.id, name)
                 .map(drop)
                 .map_err(|err| err.to_string()),
-        }
-    }
-}
-
-/// A kernel for tests: records the policies enforced, by target id, and staged, by parent id
-/// and name; can be told to fail.
-#[derive(Debug, Default)]
-pub struct FakeKernel {
-    pub enforced: HashMap<u64, Arc<CompiledPolicy>>,
-    pub staged: HashMap<(u64, String), Arc<CompiledPolicy>>,
-    pub fail: bool,
-}
-
-impl Enforce for FakeKernel {
-    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError> {
-        if self.fail {
-            return Err(MapError::KeyNotFound);
-        }
-        self.enforced.insert(target.id, policy);
-        Ok(())
-    }
-
-    fn remove(&mut self, target_id: u64) -> Result<bool, MapError> {
-        Ok(self.enforced.remove(&target_id).is_some())
-    }
-
-    fn stage(
-        &mut self,
-        parent: &Cgroup,
-        name: &str,
-        policy: Arc<CompiledPolicy>,
-    ) -> Result<(), StageError> {
-        self.staged.insert((parent.id, name.to_owned()), policy);
-        Ok(())
-    }
-
-    fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError> {
-        Ok(self.staged.remove(&(parent_id, name.to_owned())).is_some())
-    }
-
-    fn holds(&self, placement: &Placement) -> bool {
-        match placement {
-            Placement::Target(target) => self.enforced.contains_key(&target.id),
-            Placement::Staged { parent, name } => {
-                self.staged.contains_key(&(parent.id, name.clone()))
-            }
         }
     }
 }

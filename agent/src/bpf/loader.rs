@@ -1,0 +1,130 @@
+//! Loading the object and attaching its programs, pinned or not; adopting what an earlier agent
+//! of this build pinned, and setting aside pinned state that does not match this build.
+
+use std::collections::HashMap;
+
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    programs::{Lsm, ProgramError, links::FdLink},
+};
+use tracing::{info, warn};
+
+use super::{
+    LoadError, MAPS, Maps, MeasureError, OBJECT, PROGRAMS, PinnedState, Preflight, pinned,
+};
+
+pub(super) struct Programs {
+    // Owns the programs, and their links unless pinned: dropping it detaches those.
+    ebpf: Ebpf,
+    /// Where maps and links are pinned, if they are.
+    pinned: Option<PinnedState>,
+    /// This start found the pinned state not matching the object and replaced it.
+    replaced_pinned_state: bool,
+}
+
+impl Programs {
+    /// Loads the object and attaches every program (unless an earlier agent of this build left
+    /// them attached through pinned links), with maps and links pinned under `pinned`; returns
+    /// the maps.
+    pub fn load(pinned: Option<PinnedState>) -> Result<(Self, Maps), LoadError> {
+        Preflight::run().check()?;
+        let btf = Btf::from_sys_fs().map_err(|err| LoadError::NoBtf(err.to_string()))?;
+        let mut loader = EbpfLoader::new();
+        loader.btf(Some(&btf));
+        let mut adopted = false;
+        let mut replaced = false;
+        if let Some(state) = &pinned
+            && let Some(mismatch) = state.mismatch(MAPS)
+        {
+            let aside = state
+                .set_aside()
+                .map_err(|err| LoadError::pin(&state.dir(), err))?;
+            warn!(
+                state = %aside.display(),
+                "the pinned state does not match this build ({mismatch}): set aside, enforcing \
+                 as it did until every policy is applied again, and replaced"
+            );
+            replaced = true;
+        }
+        if let Some(state) = &pinned {
+            for dir in ["maps", "links"] {
+                let dir = state.dir().join(dir);
+                std::fs::create_dir_all(&dir).map_err(|err| LoadError::pin(&dir, err))?;
+            }
+            adopted = state.links_complete(PROGRAMS);
+            for name in MAPS {
+                loader.map_pin_path(name, state.map(name));
+            }
+        }
+        let mut ebpf = loader.load(OBJECT)?;
+        if !adopted {
+            for name in PROGRAMS {
+                let program: &mut Lsm = ebpf
+                    .program_mut(name)
+                    .and_then(|program| program.try_into().ok())
+                    .ok_or(LoadError::MissingProgram(name))?;
+                program
+                    .load(name, &btf)
+                    .map_err(|err| LoadError::program("load", name, err))?;
+                let link = program
+                    .attach()
+                    .map_err(|err| LoadError::program("attach", name, err))?;
+                if let Some(state) = &pinned {
+                    // Attached first, then pinned in place of a link an interrupted start left.
+                    let link = program
+                        .take_link(link)
+                        .map_err(|err| LoadError::program("attach", name, err))?;
+                    let path = state.link(name);
+                    let _ = std::fs::remove_file(&path);
+                    FdLink::from(link)
+                        .pin(&path)
+                        .map_err(|err| LoadError::pin(&path, err))?;
+                }
+            }
+        }
+        let maps = Maps::take(&mut ebpf)?;
+        let programs = Self {
+            ebpf,
+            pinned,
+            replaced_pinned_state: replaced,
+        };
+        Ok((programs, maps))
+    }
+
+    pub fn replaced_pinned_state(&self) -> bool {
+        self.replaced_pinned_state
+    }
+
+    /// Removes the pinned state of other builds: their programs detach.
+    pub fn remove_other_builds(&self) -> std::io::Result<()> {
+        if let Some(state) = &self.pinned {
+            for other in state.others()? {
+                pinned::remove(&other)?;
+                info!(state = %other.display(), "removed the pinned state of another build");
+            }
+        }
+        Ok(())
+    }
+
+    /// The ids of the attached programs, by the links they are attached through.
+    pub fn ids(&self) -> Result<HashMap<u32, &'static str>, MeasureError> {
+        let mut ids = HashMap::new();
+        for name in PROGRAMS {
+            let id = match &self.pinned {
+                Some(state) => FdLink::from(aya::programs::links::PinnedLink::from_pin(
+                    state.link(name),
+                )?)
+                .info()?
+                .program_id(),
+                None => self
+                    .ebpf
+                    .program(name)
+                    .ok_or(ProgramError::NotLoaded)?
+                    .info()?
+                    .id(),
+            };
+            ids.insert(id, *name);
+        }
+        Ok(ids)
+    }
+}

@@ -1,0 +1,191 @@
+//! The policies' entries in the kernel, each policy under a policy id of its own: written in
+//! full before any target points at the id, deleted once no program can still be reading them.
+
+use std::{collections::HashSet, sync::Arc};
+
+use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError, lpm_trie::LpmTrie};
+use palisade_common::{
+    GlobKey, GlobRule, MountTypeKey, NetworkKeyData, PathVerdict, Policy, SocketKey, TriePath,
+    Verdict,
+};
+
+use super::{
+    InstalledPolicy, PolicyRegistry,
+    layout::{glob_key, mount_type_key, network_key, socket_key, trie_key},
+};
+use crate::{
+    policy::{CompiledPolicy, TrieEntry},
+    targets::Cgroup,
+};
+
+/// The maps of a policy store.
+pub(super) struct PolicyMaps {
+    pub policies: HashMap<MapData, u32, Policy>,
+    pub mount_types: HashMap<MapData, MountTypeKey, Verdict>,
+    pub sockets: HashMap<MapData, SocketKey, Verdict>,
+    pub network: LpmTrie<MapData, NetworkKeyData, Verdict>,
+    pub globs: HashMap<MapData, GlobKey, GlobRule>,
+    pub prefixes: LpmTrie<MapData, TriePath, PathVerdict>,
+    pub suffixes: LpmTrie<MapData, TriePath, PathVerdict>,
+    pub sync_barrier: ArrayOfMaps<MapData, Array<MapData, u32>>,
+    pub sync_inner: Array<MapData, u32>,
+}
+
+pub(super) struct PolicyStore {
+    maps: PolicyMaps,
+    next_policy_id: u32,
+    registry: PolicyRegistry,
+}
+
+impl PolicyStore {
+    /// A store on `maps`, which an earlier agent may have filled: its policy ids stay unused.
+    pub fn new(maps: PolicyMaps) -> Self {
+        let highest = maps
+            .policies
+            .keys()
+            .filter_map(Result::ok)
+            .max()
+            .unwrap_or(0);
+        Self {
+            maps,
+            next_policy_id: highest.checked_add(1).unwrap_or(1),
+            registry: PolicyRegistry::default(),
+        }
+    }
+
+    pub fn registry(&self) -> &PolicyRegistry {
+        &self.registry
+    }
+
+    /// Writes `policy`'s entries under a new policy id, registered as `target`'s; returns the
+    /// id. An error means nothing was left.
+    pub fn add(&mut self, policy: &Arc<CompiledPolicy>, target: Cgroup) -> Result<u32, MapError> {
+        let policy_id = self.next_policy_id;
+        self.next_policy_id = self.next_policy_id.checked_add(1).unwrap_or(1);
+        if let Err(err) = self.write_entries(policy_id, policy) {
+            self.delete_entries(policy_id, policy);
+            return Err(err);
+        }
+        let installed = InstalledPolicy::new(policy.clone(), target);
+        self.registry.insert(policy_id, Arc::new(installed));
+        Ok(policy_id)
+    }
+
+    /// Undoes `add` for a policy no target ever pointed at.
+    pub fn discard(&mut self, policy_id: u32, policy: &CompiledPolicy) {
+        self.delete_entries(policy_id, policy);
+        self.forget(policy_id);
+    }
+
+    /// Stops naming `policy_id` in events, after a while (see `PolicyRegistry`).
+    pub fn forget(&self, policy_id: u32) {
+        self.registry.retire(policy_id);
+    }
+
+    /// Returns once every BPF program that was running has finished (see `sync_barrier`).
+    pub fn wait_for_running_programs(&mut self) -> Result<(), MapError> {
+        self.maps.sync_barrier.set(0, &self.maps.sync_inner, 0)
+    }
+
+    /// Deletes every entry of a policy id not in `live`; returns how many.
+    pub fn purge_except(&mut self, live: &HashSet<u32>) -> Result<usize, MapError> {
+        fn stale<K>(
+            keys: impl Iterator<Item = Result<K, MapError>>,
+            id: impl Fn(&K) -> u32,
+            live: &HashSet<u32>,
+        ) -> Vec<K> {
+            keys.filter_map(Result::ok)
+                .filter(|key| !live.contains(&id(key)))
+                .collect()
+        }
+        let mut count = 0;
+        for key in stale(self.maps.policies.keys(), |id| *id, live) {
+            self.maps.policies.remove(&key)?;
+            count += 1;
+        }
+        for key in stale(self.maps.mount_types.keys(), |key| key.policy_id, live) {
+            self.maps.mount_types.remove(&key)?;
+            count += 1;
+        }
+        for key in stale(self.maps.sockets.keys(), |key| key.policy_id, live) {
+            self.maps.sockets.remove(&key)?;
+            count += 1;
+        }
+        for key in stale(self.maps.globs.keys(), |key| key.policy_id, live) {
+            self.maps.globs.remove(&key)?;
+            count += 1;
+        }
+        for key in stale(self.maps.network.keys(), |key| key.data().policy_id, live) {
+            self.maps.network.remove(&key)?;
+            count += 1;
+        }
+        for trie in [&mut self.maps.prefixes, &mut self.maps.suffixes] {
+            for key in stale(trie.keys(), |key| key.data().policy_id, live) {
+                trie.remove(&key)?;
+                count += 1;
+            }
+        }
+        Ok(count)
+    }
+
+    fn write_entries(&mut self, policy_id: u32, policy: &CompiledPolicy) -> Result<(), MapError> {
+        for (fs_type, verdict) in &policy.mount_types {
+            self.maps
+                .mount_types
+                .insert(mount_type_key(policy_id, fs_type), verdict, 0)?;
+        }
+        for (key, verdict) in &policy.sockets {
+            self.maps
+                .sockets
+                .insert(socket_key(policy_id, *key), verdict, 0)?;
+        }
+        for entry in &policy.network {
+            self.maps
+                .network
+                .insert(&network_key(policy_id, entry), entry.verdict, 0)?;
+        }
+        for (index, glob) in policy.globs.iter().enumerate() {
+            self.maps
+                .globs
+                .insert(glob_key(policy_id, index), glob, 0)?;
+        }
+        for TrieEntry { key, verdict } in &policy.suffixes {
+            self.maps
+                .suffixes
+                .insert(&trie_key(policy_id, key), verdict, 0)?;
+        }
+        for TrieEntry { key, verdict } in &policy.prefixes {
+            self.maps
+                .prefixes
+                .insert(&trie_key(policy_id, key), verdict, 0)?;
+        }
+        // Last: programs find a policy's other entries through this one.
+        self.maps.policies.insert(policy_id, policy.switches, 0)
+    }
+
+    /// Best effort: entries that were never written are simply absent.
+    pub fn delete_entries(&mut self, policy_id: u32, policy: &CompiledPolicy) {
+        let _ = self.maps.policies.remove(&policy_id);
+        for (fs_type, _) in &policy.mount_types {
+            let _ = self
+                .maps
+                .mount_types
+                .remove(&mount_type_key(policy_id, fs_type));
+        }
+        for (key, _) in &policy.sockets {
+            let _ = self.maps.sockets.remove(&socket_key(policy_id, *key));
+        }
+        for entry in &policy.network {
+            let _ = self.maps.network.remove(&network_key(policy_id, entry));
+        }
+        for index in 0..policy.globs.len() {
+            let _ = self.maps.globs.remove(&glob_key(policy_id, index));
+        }
+        for entry in &policy.suffixes {
+            let _ = self.maps.suffixes.remove(&trie_key(policy_id, &entry.key));
+        }
+        for entry in &policy.prefixes {
+            let _ = self.maps.prefixes.remove(&trie_key(policy_id, &entry.key));
+        }
+    }
+}

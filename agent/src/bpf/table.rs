@@ -1,0 +1,213 @@
+//! Which policy id each target has: cgroups in `targets`, and cgroups not created yet armed in
+//! `pending` (the kernel copies their entry into `targets` when it creates them), with the
+//! cgroup levels the programs probe.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use aya::maps::{HashMap as BpfHashMap, MapData, MapError};
+use palisade_common::{PendingKey, Target};
+
+use super::layout::pending_key;
+use crate::policy::CompiledPolicy;
+
+/// Cgroup levels the programs can probe (the kernel's config holds them as a mask).
+pub(super) const LEVELS: u32 = 64;
+
+/// Where a policy is enforced: a cgroup's entry in `targets`, or one armed in `pending`.
+pub(super) enum Slot {
+    Target(u64),
+    Armed {
+        parent_id: u64,
+        name: String,
+        key: PendingKey,
+    },
+}
+
+impl Slot {
+    /// The slot arming the cgroup `name` below `parent_id`; None for a name the kernel cannot
+    /// arm.
+    pub fn armed(parent_id: u64, name: &str) -> Option<Self> {
+        Some(Slot::Armed {
+            parent_id,
+            name: name.to_owned(),
+            key: pending_key(parent_id, name)?,
+        })
+    }
+}
+
+/// A policy a slot points at.
+pub(super) struct Installed {
+    pub policy_id: u32,
+    pub policy: Arc<CompiledPolicy>,
+    /// The level of the cgroup (to be).
+    pub level: u32,
+}
+
+pub(super) struct TargetTable {
+    targets: BpfHashMap<MapData, u64, Target>,
+    pending: BpfHashMap<MapData, PendingKey, Target>,
+    installed: HashMap<u64, Installed>,
+    /// By (parent id, name).
+    staged: HashMap<(u64, String), Installed>,
+    /// Slots per cgroup level.
+    per_level: [u32; LEVELS as usize],
+    /// Levels of the targets a previous agent left in pinned maps, probed until
+    /// `remove_earlier`.
+    adopted_levels: u64,
+}
+
+impl TargetTable {
+    pub fn new(
+        targets: BpfHashMap<MapData, u64, Target>,
+        pending: BpfHashMap<MapData, PendingKey, Target>,
+        adopted_levels: u64,
+    ) -> Self {
+        Self {
+            targets,
+            pending,
+            installed: HashMap::new(),
+            staged: HashMap::new(),
+            per_level: [0; LEVELS as usize],
+            adopted_levels,
+        }
+    }
+
+    /// The cgroup levels the programs must probe, as a mask.
+    pub fn levels(&self) -> u64 {
+        self.per_level
+            .iter()
+            .enumerate()
+            .filter(|(_, count)| **count > 0)
+            .fold(self.adopted_levels, |mask, (level, _)| mask | 1 << level)
+    }
+
+    pub fn installed(&self, slot: &Slot) -> Option<&Installed> {
+        match slot {
+            Slot::Target(id) => self.installed.get(id),
+            Slot::Armed {
+                parent_id, name, ..
+            } => self.staged.get(&(*parent_id, name.clone())),
+        }
+    }
+
+    /// Counts a slot at `level` (`by` +1) or no longer (-1).
+    pub fn count_level(&mut self, level: u32, by: i32) {
+        let count = &mut self.per_level[level as usize];
+        *count = count
+            .checked_add_signed(by)
+            .expect("a level counted once per slot");
+    }
+
+    /// Points `slot` at `policy_id` in the kernel: one map update.
+    pub fn point(&mut self, slot: &Slot, policy_id: u32) -> Result<(), MapError> {
+        let target = Target { policy_id };
+        match slot {
+            Slot::Target(id) => self.targets.insert(id, target, 0),
+            Slot::Armed { key, .. } => self.pending.insert(key, target, 0),
+        }
+    }
+
+    /// Records what `slot` points at now; returns what it pointed at before.
+    pub fn record(&mut self, slot: Slot, installed: Installed) -> Option<Installed> {
+        match slot {
+            Slot::Target(id) => self.installed.insert(id, installed),
+            Slot::Armed {
+                parent_id, name, ..
+            } => self.staged.insert((parent_id, name), installed),
+        }
+    }
+
+    /// Empties `slot` in the kernel; returns what it pointed at, if this table filled it. An
+    /// error means it still points there.
+    pub fn remove(&mut self, slot: &Slot) -> Result<Option<Installed>, MapError> {
+        let old = match slot {
+            Slot::Target(id) => {
+                if !self.installed.contains_key(id) {
+                    return Ok(None);
+                }
+                self.targets.remove(id)?;
+                self.installed.remove(id)
+            }
+            Slot::Armed {
+                parent_id,
+                name,
+                key,
+            } => {
+                let staged = (*parent_id, name.clone());
+                if !self.staged.contains_key(&staged) {
+                    return Ok(None);
+                }
+                self.pending.remove(key)?;
+                self.staged.remove(&staged)
+            }
+        };
+        if let Some(old) = &old {
+            self.count_level(old.level, -1);
+        }
+        Ok(old)
+    }
+
+    /// Whether the kernel has an entry for `slot`, this table's or an earlier agent's. A map
+    /// that cannot be read counts as yes.
+    pub fn holds(&self, slot: &Slot) -> bool {
+        let found = match slot {
+            Slot::Target(id) => self.targets.get(id, 0).map(drop),
+            Slot::Armed { key, .. } => self.pending.get(key, 0).map(drop),
+        };
+        !matches!(found, Err(MapError::KeyNotFound))
+    }
+
+    /// Points the cgroups in `targets` that point at `old` at `new`.
+    pub fn repoint(&mut self, old: u32, new: u32) -> Result<(), MapError> {
+        for id in self.targets_with(|policy_id| policy_id == old) {
+            self.targets.insert(id, Target { policy_id: new }, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the entries this table did not make (an earlier agent's) and stops probing their
+    /// levels; returns the policy ids its own entries point at, and how many it removed.
+    pub fn remove_earlier(&mut self) -> Result<(HashSet<u32>, usize), MapError> {
+        // Staged policies stay too: the kernel arms cgroups with them on its own.
+        let live: HashSet<u32> = self
+            .installed
+            .values()
+            .chain(self.staged.values())
+            .map(|installed| installed.policy_id)
+            .collect();
+        let stale = self.targets_with(|policy_id| !live.contains(&policy_id));
+        for id in &stale {
+            self.targets.remove(id)?;
+        }
+        let stale_pending: Vec<PendingKey> = self
+            .pending
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, target)| !live.contains(&target.policy_id))
+            .map(|(key, _)| key)
+            .collect();
+        for key in &stale_pending {
+            self.pending.remove(key)?;
+        }
+        self.adopted_levels = 0;
+        Ok((live, stale.len()))
+    }
+
+    /// Cgroups this table made targets.
+    pub fn target_count(&self) -> usize {
+        self.installed.len()
+    }
+
+    /// The cgroups in `targets` whose policy id `matches`.
+    fn targets_with(&self, matches: impl Fn(u32) -> bool) -> Vec<u64> {
+        self.targets
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, target)| matches(target.policy_id))
+            .map(|(id, _)| id)
+            .collect()
+    }
+}
