@@ -17,7 +17,7 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
+use kube::{Api, Client};
 use palisade_agent::targets::{Cgroup, Hierarchy};
 use palisade_crds::{PalisadePolicy, READY};
 use palisade_kernel_tests::{Answer, EPERM, binary, file, probe, probe_command};
@@ -50,6 +50,24 @@ fn start_pod(node: &Node, pod: &Pod) -> Cgroup {
         .unwrap()
         .open(&path.to_string_lossy())
         .unwrap()
+}
+
+/// What each test starts from: an admin client, this kernel's namespace `ns` (labelled
+/// `tenant: <its name>`) and node `node` (a node of its own: an agent watches its node's pods).
+async fn scene(ns: &str, node: &str) -> (Client, String, Node) {
+    let (ns, node) = (this_kernels(ns), Node::this_machine(&this_kernels(node)));
+    let client = admin().await;
+    namespace(&client, &ns, &[("tenant", &ns)]).await;
+    std::fs::create_dir_all(node.best_effort()).unwrap();
+    (client, ns, node)
+}
+
+/// Pod `name` labelled `app: <app>`, bound to `node` and started there.
+async fn running_pod(client: &Client, ns: &str, node: &Node, name: &str, app: &str) -> Cgroup {
+    start_pod(
+        node,
+        &pod(client, ns, name, &node.name, &[("app", app)]).await,
+    )
 }
 
 /// The kubeconfig of the chart's service account.
@@ -118,19 +136,9 @@ fn kubernetes_policies_reach_the_selected_pods_only() {
 }
 
 async fn end_to_end() {
-    let ns = this_kernels("e2e");
-    let node = Node::this_machine(&this_kernels("vm"));
-    let client = admin().await;
-    namespace(&client, &ns, &[]).await;
-    std::fs::create_dir_all(node.best_effort()).unwrap();
-    let web = start_pod(
-        &node,
-        &pod(&client, &ns, "web", &node.name, &[("app", "web")]).await,
-    );
-    let db = start_pod(
-        &node,
-        &pod(&client, &ns, "db", &node.name, &[("app", "db")]).await,
-    );
+    let (client, ns, node) = scene("e2e", "vm").await;
+    let web = running_pod(&client, &ns, &node, "web", "web").await;
+    let db = running_pod(&client, &ns, &node, "db", "db").await;
     let first = file("/tmp/kube/first");
     let second = file("/tmp/kube/second");
 
@@ -287,16 +295,8 @@ async fn rejected(policies: &Api<PalisadePolicy>) {
 }
 
 async fn fail_closed() {
-    let ns = this_kernels("fail-closed");
-    // A node of its own: the other test's agent watches the pods of its node only.
-    let node = Node::this_machine(&this_kernels("vm-fail-closed"));
-    let client = admin().await;
-    namespace(&client, &ns, &[("tenant", &ns)]).await;
-    std::fs::create_dir_all(node.best_effort()).unwrap();
-    let web = start_pod(
-        &node,
-        &pod(&client, &ns, "web", &node.name, &[("app", "web")]).await,
-    );
+    let (client, ns, node) = scene("fail-closed", "vm-fail-closed").await;
+    let web = running_pod(&client, &ns, &node, "web", "web").await;
     let baseline_file = file("/tmp/fail-closed/baseline");
     let own_file = file("/tmp/fail-closed/own");
     apply_policy(
@@ -322,10 +322,7 @@ async fn fail_closed() {
     apply_policy(&client, &broken(&policy(&ns, own_file))).await;
     rejected(&policies).await;
     assert_eq!(probe(Some(&web), &["read", baseline_file]), EPERM, "kept");
-    let late = start_pod(
-        &node,
-        &pod(&client, &ns, "web-late", &node.name, &[("app", "web")]).await,
-    );
+    let late = running_pod(&client, &ns, &node, "web-late", "web").await;
     denied(&late, baseline_file).await;
 
     // Fixed, it takes over.
@@ -349,10 +346,7 @@ async fn fail_closed() {
         );
     }
     // A pod the killed agent did not protect gets the next policy that selects it.
-    let new = start_pod(
-        &node,
-        &pod(&client, &ns, "web-new", &node.name, &[("app", "web")]).await,
-    );
+    let new = running_pod(&client, &ns, &node, "web-new", "web").await;
     denied(&new, baseline_file).await;
     assert_eq!(
         probe(Some(&web), &["read", own_file]),
@@ -470,15 +464,8 @@ fn an_api_server_outage_keeps_enforcement_and_the_agent_catches_up() {
 /// throughout, the agent keeps running, and once the API server is back it enforces the edit
 /// and reports it in the status.
 async fn outage() {
-    let ns = this_kernels("outage");
-    let node = Node::this_machine(&this_kernels("vm-outage"));
-    let client = admin().await;
-    namespace(&client, &ns, &[]).await;
-    std::fs::create_dir_all(node.best_effort()).unwrap();
-    let web = start_pod(
-        &node,
-        &pod(&client, &ns, "web", &node.name, &[("app", "web")]).await,
-    );
+    let (client, ns, node) = scene("outage", "vm-outage").await;
+    let web = running_pod(&client, &ns, &node, "web", "web").await;
     let (first, second) = (file("/tmp/outage/first"), file("/tmp/outage/second"));
     let policies: Api<PalisadePolicy> = Api::namespaced(client.clone(), &ns);
     // The node's status entry for the policy's current generation, once it has one.
