@@ -16,8 +16,8 @@ use super::{Decoder, EventQueue, queue::QUEUE};
 /// until the kernel wakes it again because a quarter of the ring buffer (2 MiB, ~4,800 events)
 /// is waiting, and copies what came meanwhile in one go. A read wakes this thread and the
 /// worker's, and has the worker call each rule module and write each sink once: ~130,000
-/// instructions in the benchmark VM, so that reading every 200 ms cost ~1,300 instructions an
-/// event at 500 events a second (over the 10,000 an event aimed at, in all), every 500 ms ~520.
+/// instructions in the benchmark VM. At 500 events a second an event still costs ~10,400-11,000
+/// instructions in all, at 200 ms as at 500 ms: most of that rate's fixed cost is elsewhere.
 const READ_INTERVAL: Duration = Duration::from_millis(500);
 
 pub struct EventReader {
