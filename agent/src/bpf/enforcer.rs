@@ -18,7 +18,7 @@ use super::{
 };
 use crate::{
     policy::CompiledPolicy,
-    targets::{Cgroup, Enforce, Placement, StageError},
+    targets::{Cgroup, Enforce, StageError},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -304,11 +304,9 @@ impl Enforcer {
         let level = target.level;
         let policy_id = self.store.add(&policy, target)?;
         let is_new = self.table.installed(&slot).is_none();
-        if is_new {
+        let published = if is_new {
             // Probed before the kernel can find the entry, or it is never found.
             self.table.count_level(level, 1);
-        }
-        let published = if is_new {
             self.publish_levels()
         } else {
             Ok(())
@@ -412,10 +410,11 @@ impl Enforce for Enforcer {
         Enforcer::unstage(self, parent_id, name)
     }
 
-    fn holds(&self, placement: &Placement) -> bool {
-        match placement {
-            Placement::Target(target) => self.is_target(target.id),
-            Placement::Staged { parent, name } => self.is_armed(parent.id, name),
-        }
+    fn is_target(&self, target_id: u64) -> bool {
+        Enforcer::is_target(self, target_id)
+    }
+
+    fn is_armed(&self, parent_id: u64, name: &str) -> bool {
+        Enforcer::is_armed(self, parent_id, name)
     }
 }

@@ -381,7 +381,7 @@ impl Reconciler {
             let mut protector = enforced.map(|enforced| enforced.policy.clone());
             if let Some((policy, generation, compiled)) = installing {
                 match pod_placement(&self.cgroups, driver, pod) {
-                    Ok(placement) if fallback && enforcer.holds(&placement) => {}
+                    Ok(placement) if fallback && placement.is_held(enforcer) => {}
                     Ok(placement) => {
                         protector = Some(policy.clone());
                         wanted.insert(

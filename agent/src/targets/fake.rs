@@ -4,7 +4,7 @@ use std::{collections::HashMap, sync::Arc};
 
 use aya::maps::MapError;
 
-use super::{Cgroup, Enforce, Placement, StageError};
+use super::{Cgroup, Enforce, StageError};
 use crate::policy::CompiledPolicy;
 
 /// A kernel for tests: records the policies enforced, by target id, and staged, by parent id
@@ -43,12 +43,11 @@ impl Enforce for FakeKernel {
         Ok(self.staged.remove(&(parent_id, name.to_owned())).is_some())
     }
 
-    fn holds(&self, placement: &Placement) -> bool {
-        match placement {
-            Placement::Target(target) => self.enforced.contains_key(&target.id),
-            Placement::Staged { parent, name } => {
-                self.staged.contains_key(&(parent.id, name.clone()))
-            }
-        }
+    fn is_target(&self, target_id: u64) -> bool {
+        self.enforced.contains_key(&target_id)
+    }
+
+    fn is_armed(&self, parent_id: u64, name: &str) -> bool {
+        self.staged.contains_key(&(parent_id, name.to_owned()))
     }
 }

@@ -30,9 +30,11 @@ pub trait Enforce {
         policy: Arc<CompiledPolicy>,
     ) -> Result<(), StageError>;
     fn unstage(&mut self, parent_id: u64, name: &str) -> Result<bool, StageError>;
-    /// Whether the kernel has a policy at `placement` (enforced, or armed), whoever put it there
-    /// (after a restart, the previous agent).
-    fn holds(&self, placement: &Placement) -> bool;
+    /// Whether cgroup `target_id` is a target, whoever made it one (after a restart, the
+    /// previous agent).
+    fn is_target(&self, target_id: u64) -> bool;
+    /// Whether cgroup `name` below `parent_id` is armed, whoever armed it.
+    fn is_armed(&self, parent_id: u64, name: &str) -> bool;
 }
 
 /// Where a policy is enforced: on its target, or armed for a target not created yet (the kernel
@@ -102,6 +104,14 @@ impl Placement {
             Placement::Staged { parent, name } => {
                 format!("{} (armed until created)", parent.path.join(name).display())
             }
+        }
+    }
+
+    /// Whether the kernel has a policy here (enforced, or armed), whoever put it there.
+    pub fn is_held(&self, enforcer: &impl Enforce) -> bool {
+        match self {
+            Placement::Target(target) => enforcer.is_target(target.id),
+            Placement::Staged { parent, name } => enforcer.is_armed(parent.id, name),
         }
     }
 
