@@ -150,6 +150,8 @@ pub struct ThroughputSample {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SoakRun {
     pub environment: Environment,
+    /// The agent's CPU limit, in percent of one CPU (its cgroup's `cpu.max`).
+    pub agent_cpu_percent: u64,
     pub samples: Vec<SoakSample>,
 }
 

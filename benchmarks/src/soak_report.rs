@@ -48,9 +48,11 @@ fn flatness(samples: &[SoakSample], measure: Measure) -> String {
     )
 }
 
-fn table(label: &str, samples: &[SoakSample]) -> String {
+fn table(label: &str, run: &SoakRun) -> String {
+    let samples = &run.samples;
     let mut md = format!(
-        "\n## Linux {label}\n\n| minute | agent RSS | BPF maps | produced | written | dropped by the module | dropped in agent | dropped in kernel | throttled | queued | policy writes | config swaps | accounted |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n"
+        "\n## Linux {label}\n\nThe agent is limited to {}% of a CPU (its cgroup's `cpu.max`).\n\n| minute | agent RSS | BPF maps | produced | written | dropped by the module | dropped in agent | dropped in kernel | throttled | queued | policy writes | config swaps | accounted |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        run.agent_cpu_percent
     );
     for sample in samples {
         let unaccounted = sample.unaccounted();
@@ -155,7 +157,7 @@ fn main() -> anyhow::Result<()> {
             out.join(format!("soak-{label}.json")),
             serde_json::to_string_pretty(run)? + "\n",
         )?;
-        md += &table(label, &run.samples);
+        md += &table(label, run);
     }
     std::fs::write(out.join("soak.md"), md)?;
     register_font()?;

@@ -139,6 +139,7 @@ fn soak(minutes: u64, clock: &str, out: &str) -> anyhow::Result<()> {
     let cgroups = system::Cgroups::create()?;
     let run = SoakRun {
         environment: environment(clock, 0, false),
+        agent_cpu_percent: soak::AGENT_CPU_PERCENT,
         samples: soak::soak(minutes, &cgroups)?,
     };
     std::fs::write(out, serde_json::to_string(&run)?)?;

@@ -197,6 +197,19 @@ impl Agent {
         self.child.id()
     }
 
+    /// Caps the agent at `percent` of one CPU (its cgroup's `cpu.max`), as a resource limit in a
+    /// cluster does.
+    pub fn limit_cpu(&self, percent: u64) -> anyhow::Result<()> {
+        let root = Hierarchy::find()?.mount;
+        std::fs::write(root.join("cgroup.subtree_control"), "+cpu")?;
+        let period = 100_000;
+        std::fs::write(
+            self.cgroup.path.join("cpu.max"),
+            format!("{} {period}", percent * period / 100),
+        )?;
+        Ok(())
+    }
+
     pub fn usage(&self) -> anyhow::Result<Usage> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
         let rss_kb: u64 = status
