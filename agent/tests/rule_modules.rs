@@ -99,15 +99,13 @@ fn assert_family_matches_built_in_rules(crate_dir: &str, family: &str, lists: &[
         ),
     )
     .unwrap_or_else(|err| panic!("{err}"));
-    assert_eq!(from_module.switches, native.switches);
-    assert_eq!(from_module.prefixes, native.prefixes);
-    assert_eq!(from_module.suffixes, native.suffixes);
-    assert_eq!(from_module.globs, native.globs);
-    assert_eq!(from_module.mount_types, native.mount_types);
-    assert_eq!(from_module.sockets, native.sockets);
-    assert_eq!(from_module.network, native.network);
+    assert_eq!(from_module.entries(), native.entries());
     let names = |policy: &CompiledPolicy| -> Vec<String> {
-        policy.rules.iter().map(|rule| rule.name.clone()).collect()
+        policy
+            .rules()
+            .iter()
+            .map(|rule| rule.name.clone())
+            .collect()
     };
     assert_eq!(names(&native), rules);
     assert_eq!(
@@ -566,7 +564,7 @@ fn a_rego_module_runs_its_fixtures_and_its_builtins_are_checked_at_load() {
         ),
     )
     .unwrap();
-    assert_eq!(compiled.network.len(), 1);
+    assert_eq!(compiled.entries().network.len(), 1);
     assert_eq!(compiled.rule_name(2), Some("egress/egress"));
     assert!(host.load(&path, &digest).is_ok());
     // A policy needing a builtin the agent does not provide is refused when loaded.

@@ -130,7 +130,7 @@ fn measure(setup: &Setup, scratch: &Path) -> anyhow::Result<[Duration; 4]> {
     )?;
     let host = RuleHost::new(None)?;
     let (_, compiled) = palisade_agent::cmd::policy::load_and_compile(&host, &policy)?;
-    let rule_id = (1..=compiled.rules.len() as u32)
+    let rule_id = (1..=compiled.rules().len() as u32)
         .find(|&id| compiled.rule_name(id) == Some(setup.rule))
         .ok_or_else(|| anyhow::anyhow!("{} is not in the policy", setup.rule))?;
     let registry = PolicyRegistry::default();

@@ -230,7 +230,7 @@ impl Counters {
 fn rule_labels(registry: &PolicyRegistry, key: &RuleKey) -> Option<RuleLabels> {
     let installed = registry.get(key.policy_id)?;
     Some(RuleLabels {
-        policy: installed.policy.name.clone(),
+        policy: installed.policy.name().to_owned(),
         rule: installed.rule_name(key.rule_id)?.to_string(),
         hook: super::hook_name(key.hook),
         action: super::action_name(key.action),

@@ -30,13 +30,13 @@ const PATH_OUTSIDE_MOUNT: &str = "palisade-path-outside-mount";
 
 impl InstalledPolicy {
     pub fn new(policy: Arc<CompiledPolicy>, target: Cgroup) -> Self {
-        let rules = policy.rules.iter().map(|rule| rule.name.as_str());
+        let rules = policy.rules().iter().map(|rule| rule.name.as_str());
         let rule_names = rules
             .chain([SELF_PROTECTION, PATH_OUTSIDE_MOUNT])
             .map(Arc::from)
             .collect();
         Self {
-            name: policy.name.as_str().into(),
+            name: policy.name().into(),
             target_path: target.path.to_string_lossy().into(),
             rule_names,
             policy,
@@ -53,7 +53,7 @@ impl InstalledPolicy {
     }
 
     pub fn rule_name(&self, rule_id: u32) -> Option<&Arc<str>> {
-        let rules = self.policy.rules.len();
+        let rules = self.policy.rules().len();
         let index = match rule_id {
             RULE_SELF_PROTECTION => rules,
             RULE_PATH_OUTSIDE_MOUNT => rules + 1,

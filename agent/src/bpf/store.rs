@@ -129,62 +129,64 @@ impl PolicyStore {
     }
 
     fn write_entries(&mut self, policy_id: u32, policy: &CompiledPolicy) -> Result<(), MapError> {
-        for (fs_type, verdict) in &policy.mount_types {
+        let entries = policy.entries();
+        for (fs_type, verdict) in &entries.mount_types {
             self.maps
                 .mount_types
                 .insert(mount_type_key(policy_id, fs_type), verdict, 0)?;
         }
-        for (key, verdict) in &policy.sockets {
+        for (key, verdict) in &entries.sockets {
             self.maps
                 .sockets
                 .insert(socket_key(policy_id, *key), verdict, 0)?;
         }
-        for entry in &policy.network {
+        for entry in &entries.network {
             self.maps
                 .network
                 .insert(&network_key(policy_id, entry), entry.verdict, 0)?;
         }
-        for (index, glob) in policy.globs.iter().enumerate() {
+        for (index, glob) in entries.globs.iter().enumerate() {
             self.maps
                 .globs
                 .insert(glob_key(policy_id, index), glob, 0)?;
         }
-        for TrieEntry { key, verdict } in &policy.suffixes {
+        for TrieEntry { key, verdict } in &entries.suffixes {
             self.maps
                 .suffixes
                 .insert(&trie_key(policy_id, key), verdict, 0)?;
         }
-        for TrieEntry { key, verdict } in &policy.prefixes {
+        for TrieEntry { key, verdict } in &entries.prefixes {
             self.maps
                 .prefixes
                 .insert(&trie_key(policy_id, key), verdict, 0)?;
         }
         // Last: programs find a policy's other entries through this one.
-        self.maps.policies.insert(policy_id, policy.switches, 0)
+        self.maps.policies.insert(policy_id, entries.switches, 0)
     }
 
     /// Best effort: entries that were never written are simply absent.
     pub fn delete_entries(&mut self, policy_id: u32, policy: &CompiledPolicy) {
+        let entries = policy.entries();
         let _ = self.maps.policies.remove(&policy_id);
-        for (fs_type, _) in &policy.mount_types {
+        for (fs_type, _) in &entries.mount_types {
             let _ = self
                 .maps
                 .mount_types
                 .remove(&mount_type_key(policy_id, fs_type));
         }
-        for (key, _) in &policy.sockets {
+        for (key, _) in &entries.sockets {
             let _ = self.maps.sockets.remove(&socket_key(policy_id, *key));
         }
-        for entry in &policy.network {
+        for entry in &entries.network {
             let _ = self.maps.network.remove(&network_key(policy_id, entry));
         }
-        for index in 0..policy.globs.len() {
+        for index in 0..entries.globs.len() {
             let _ = self.maps.globs.remove(&glob_key(policy_id, index));
         }
-        for entry in &policy.suffixes {
+        for entry in &entries.suffixes {
             let _ = self.maps.suffixes.remove(&trie_key(policy_id, &entry.key));
         }
-        for entry in &policy.prefixes {
+        for entry in &entries.prefixes {
             let _ = self.maps.prefixes.remove(&trie_key(policy_id, &entry.key));
         }
     }

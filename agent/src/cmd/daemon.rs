@@ -341,7 +341,7 @@ impl PolicyDir {
                 ),
             ));
         }
-        let name = compiled.name.clone();
+        let name = compiled.name().to_owned();
         placement
             .install(enforcer, Arc::new(compiled))
             .map_err(|err| PolicyError::new(file, "(kernel)", format!("cannot install: {err}")))?;
@@ -713,7 +713,7 @@ mod tests {
             self.kernel
                 .enforced
                 .get(&self.id(cgroup))
-                .map(|policy| policy.name.as_str())
+                .map(|policy| policy.name())
         }
     }
 
@@ -781,11 +781,7 @@ mod tests {
         assert!(setup.reconcile().is_empty());
         let staged = (setup.id("app"), "late".to_owned());
         assert_eq!(
-            setup
-                .kernel
-                .staged
-                .get(&staged)
-                .map(|policy| policy.name.as_str()),
+            setup.kernel.staged.get(&staged).map(|policy| policy.name()),
             Some("late")
         );
         assert!(setup.policies.all_enforced());
@@ -797,11 +793,7 @@ mod tests {
         std::fs::remove_dir(setup.base.join("cgroup/app/late")).unwrap();
         assert!(setup.reconcile().is_empty());
         assert_eq!(
-            setup
-                .kernel
-                .staged
-                .get(&staged)
-                .map(|policy| policy.name.as_str()),
+            setup.kernel.staged.get(&staged).map(|policy| policy.name()),
             Some("late")
         );
         std::fs::remove_file(setup.base.join("policies/late.yaml")).unwrap();

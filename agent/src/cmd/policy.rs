@@ -73,16 +73,16 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
         out,
         "policy \"{}\": {} rules, {} prefix entries, {} suffix entries, {} globs, {} mount types, \
          {} socket entries, {} network entries",
-        compiled.name,
-        compiled.rules.len(),
-        compiled.prefixes.len(),
-        compiled.suffixes.len(),
-        compiled.globs.len(),
-        compiled.mount_types.len(),
-        compiled.sockets.len(),
-        compiled.network.len(),
+        compiled.name(),
+        compiled.rules().len(),
+        compiled.entries().prefixes.len(),
+        compiled.entries().suffixes.len(),
+        compiled.entries().globs.len(),
+        compiled.entries().mount_types.len(),
+        compiled.entries().sockets.len(),
+        compiled.entries().network.len(),
     )?;
-    for (index, rule) in compiled.rules.iter().enumerate() {
+    for (index, rule) in compiled.rules().iter().enumerate() {
         writeln!(
             out,
             "rule {} \"{}\": {:?}",
@@ -91,7 +91,7 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
             rule.action
         )?;
     }
-    let switches = &compiled.switches;
+    let switches = &compiled.entries().switches;
     for (cap, name) in CAPABILITIES.iter().enumerate() {
         if switches.capability[cap].action != 0 {
             writeln!(
@@ -119,7 +119,7 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
             writeln!(out, "{name}: {}", verdict(switch))?;
         }
     }
-    for (fs_type, rule) in &compiled.mount_types {
+    for (fs_type, rule) in &compiled.entries().mount_types {
         let end = fs_type
             .iter()
             .position(|b| *b == 0)
@@ -131,7 +131,7 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
             verdict(rule)
         )?;
     }
-    for ((family, protocol), rule) in &compiled.sockets {
+    for ((family, protocol), rule) in &compiled.entries().sockets {
         let protocol = match *protocol {
             palisade_common::ANY_PROTOCOL => "any".to_owned(),
             protocol => protocol.to_string(),
@@ -142,7 +142,7 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
             verdict(rule)
         )?;
     }
-    for entry in &compiled.network {
+    for entry in &compiled.entries().network {
         let address = Ipv6Addr::from(entry.block.addr);
         let address = match address.to_ipv4_mapped() {
             Some(v4) if entry.block.bits >= 96 => format!("{v4}/{}", entry.block.bits - 96),
@@ -156,7 +156,7 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
             verdict(&entry.verdict)
         )?;
     }
-    for entry in &compiled.prefixes {
+    for entry in &compiled.entries().prefixes {
         writeln!(
             out,
             "path_prefixes \"{}\": {}",
@@ -164,7 +164,7 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
             path_verdict_text(&entry.verdict)
         )?;
     }
-    for entry in &compiled.suffixes {
+    for entry in &compiled.entries().suffixes {
         writeln!(
             out,
             "path_suffixes (reversed) \"{}\": {}",
@@ -172,7 +172,7 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
             path_verdict_text(&entry.verdict)
         )?;
     }
-    for (index, glob) in compiled.globs.iter().enumerate() {
+    for (index, glob) in compiled.entries().globs.iter().enumerate() {
         let perms = permission_names(glob.perms);
         writeln!(
             out,
@@ -312,7 +312,7 @@ pub fn replay(events: &Path, policy_file: &Path, out: &mut impl Write) -> anyhow
     writeln!(
         out,
         "policy \"{}\" over {}: {replayed} events replayed, {} not replayable, {unmatched} matched no rule",
-        candidate.name,
+        candidate.name(),
         events.display(),
         not_replayable.values().sum::<u64>(),
     )?;

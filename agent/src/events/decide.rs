@@ -169,7 +169,7 @@ impl Deciding {
             let Some(policy) = &decoded.policy else {
                 continue;
             };
-            for decider in &policy.policy.deciders {
+            for decider in policy.policy.deciders() {
                 match groups.iter_mut().find(|(known, _)| known == decider) {
                     Some((_, indices)) => indices.push(index),
                     None => groups.push((decider.clone(), vec![index])),

@@ -1,5 +1,5 @@
 //! The built-in rules, by their vArmor names, and what each one is made of. Each rule is a list
-//! of effects in the kernel's terms; the compiler treats them exactly like custom rules.
+//! of effects in the kernel's terms; lowering treats them exactly like custom rules.
 //!
 //! Where vArmor matches a string the caller controls, these match what the kernel resolved: the
 //! opened or executed file's path, the device behind a device file, the socket a UNIX connect
@@ -7,7 +7,10 @@
 
 pub use palisade_crds::rules::{CAPABILITIES, Category, known_names};
 
-use super::effect::{EXEC_RULE_PERMS, Effect, Switch};
+use super::{
+    Pattern,
+    effect::{AddressBlock, EXEC_RULE_PERMS, Effect, Switch},
+};
 
 /// Facts about the machine some rules need, gathered by the caller (compilation stays pure).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -73,9 +76,14 @@ const READ: u32 = palisade_common::PERM_READ;
 /// Writing covers appending, truncating, deleting, renaming, linking and chmod.
 const WRITE: u32 = palisade_common::PERM_WRITE | palisade_common::PERM_APPEND;
 
+/// A built-in pattern (every one is parsed by the unit tests).
+fn pattern(text: &str) -> Pattern {
+    Pattern::parse(text).unwrap_or_else(|reason| panic!("built-in pattern {reason}"))
+}
+
 fn files(patterns: &[&str], perms: u32) -> Effect {
     Effect::Paths {
-        patterns: patterns.iter().map(|p| (*p).to_owned()).collect(),
+        patterns: patterns.iter().map(|text| pattern(text)).collect(),
         perms,
     }
 }
@@ -83,7 +91,10 @@ fn files(patterns: &[&str], perms: u32) -> Effect {
 /// Running a program of one of these names, wherever it is.
 fn exec(names: &[&str]) -> Effect {
     Effect::Paths {
-        patterns: names.iter().map(|name| format!("/**/{name}")).collect(),
+        patterns: names
+            .iter()
+            .map(|name| pattern(&format!("/**/{name}")))
+            .collect(),
         perms: EXEC_RULE_PERMS,
     }
 }
@@ -100,12 +111,15 @@ fn sockets(keys: &[(u32, u32)]) -> Effect {
     Effect::Sockets(keys.to_vec())
 }
 
-fn unreachable(addresses: &[&str]) -> Effect {
-    Effect::Network {
-        addresses: addresses.iter().map(|a| (*a).to_owned()).collect(),
+fn unreachable(addresses: &[&str]) -> Result<Effect, String> {
+    Ok(Effect::Network {
+        blocks: addresses
+            .iter()
+            .map(|address| AddressBlock::parse(address))
+            .collect::<Result<_, _>>()?,
         ports: Vec::new(),
         protocols: Vec::new(),
-    }
+    })
 }
 
 /// The container runtimes' default hardening (containerd's and CRI-O's AppArmor defaults, as
@@ -223,13 +237,16 @@ pub fn effects(name: &str, env: &Environment) -> Option<Result<Vec<Effect>, Stri
             (AF_INET6, libc::IPPROTO_UDPLITE as u32),
         ])],
         // AWS, GCP, Azure, OpenStack; AWS over IPv6; Volcengine; Alibaba Cloud; Oracle Cloud.
-        "block-access-to-metadata-service" | "disallow-metadata-service" => vec![unreachable(&[
-            "169.254.169.254",
-            "fd00:ec2::254",
-            "100.96.0.96",
-            "100.100.100.200",
-            "192.0.0.192",
-        ])],
+        "block-access-to-metadata-service" | "disallow-metadata-service" => vec![
+            unreachable(&[
+                "169.254.169.254",
+                "fd00:ec2::254",
+                "100.96.0.96",
+                "100.100.100.200",
+                "192.0.0.192",
+            ])
+            .expect("the built-in addresses parse"),
+        ],
         "block-access-to-kube-apiserver" => {
             if env.kube_apiserver.is_empty() {
                 return Some(Err("the API server's address is unknown \
@@ -237,7 +254,10 @@ pub fn effects(name: &str, env: &Environment) -> Option<Result<Vec<Effect>, Stri
                     .to_owned()));
             }
             let addresses: Vec<&str> = env.kube_apiserver.iter().map(String::as_str).collect();
-            vec![unreachable(&addresses)]
+            match unreachable(&addresses) {
+                Ok(effect) => vec![effect],
+                Err(reason) => return Some(Err(reason)),
+            }
         }
         // The name the runtime bound its socket to, whatever path the target connects through.
         "block-access-to-container-runtime" => vec![files(

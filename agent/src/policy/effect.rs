@@ -5,28 +5,33 @@ use std::net::IpAddr;
 
 use palisade_common::{Policy as KernelPolicy, Verdict};
 
+use super::Pattern;
+
 /// What an exec rule covers: running the file, and reading it, so that a target cannot make a
 /// copy (or, reading being needed to link, a hard link) to run under another name.
 pub const EXEC_RULE_PERMS: u32 = palisade_common::PERM_EXEC | palisade_common::PERM_READ;
 
+/// Every value in an effect is checked: the encoder turns effects into map entries without
+/// failing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
-    /// Path patterns (see `Pattern`) and the permissions they cover.
+    /// Path patterns and the permissions they cover.
     Paths {
-        patterns: Vec<String>,
+        patterns: Vec<Pattern>,
         perms: u32,
     },
     /// A mask of capability numbers.
     Capabilities(u64),
     Switch(Switch),
-    /// New mounts of these file system types.
+    /// New mounts of these file system types (names shorter than `FS_TYPE_LEN`).
     MountTypes(Vec<String>),
     /// Creating sockets: (family, protocol or ANY_PROTOCOL).
     Sockets(Vec<(u32, u32)>),
-    /// Outgoing traffic; an empty list means every address, port or protocol.
+    /// Outgoing traffic to these blocks, on these ports and protocols; an empty list means
+    /// every address, port or protocol.
     Network {
-        addresses: Vec<String>,
-        ports: Vec<(u16, u16)>,
+        blocks: Vec<AddressBlock>,
+        ports: Vec<u16>,
         protocols: Vec<u8>,
     },
 }

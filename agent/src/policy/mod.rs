@@ -3,24 +3,27 @@
 mod catalog;
 mod compile;
 mod effect;
+mod encode;
+mod lookup;
+mod lower;
 mod model;
 mod pattern;
+mod permission;
 mod replay;
 
 use std::path::Path;
 
 pub use catalog::{CAPABILITIES, Environment};
-pub use compile::{
-    CompiledPolicy, Decider, NetworkEntry, PERMISSION_NAMES, RuleInfo, TrieEntry, compile,
-    permission_bit, permission_names,
-};
+pub use compile::{CompiledPolicy, Decider, RuleInfo, compile};
 pub use effect::AddressBlock;
+pub use encode::{MapEntries, NetworkEntry, TrieEntry};
 pub use model::{Metadata, Policy};
 pub use palisade_crds::{
     Action, CapabilityRule, CustomRules, EnhanceProtect, ExecRule, FileRule, Mode, MountRule,
     NetworkRule, OnFailure, Permission, PolicySpec, PortRange, Protocol, RuleModule, Target,
 };
 pub use pattern::Pattern;
+pub use permission::{PERMISSION_NAMES, permission_bit, permission_names};
 pub use replay::decide_event;
 
 /// A policy that cannot be used, and why: the file, the field (a path such as

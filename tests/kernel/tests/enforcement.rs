@@ -350,7 +350,7 @@ fn ten_thousand_rule_policy_loads_and_denies() {
         ));
     }
     let compiled = policy("many", &rules);
-    assert_eq!(compiled.rules.len(), 10_000);
+    assert_eq!(compiled.rules().len(), 10_000);
     kernel.apply(&target, compiled);
     assert_eq!(probe(Some(&target), &["read", denied]), EPERM);
     assert_eq!(probe(Some(&target), &["read", allowed]), Answer::Ok);

@@ -352,5 +352,9 @@ impl Drop for Agent {
 
 /// The names of the rules of a compiled policy.
 pub fn rule_names(policy: &CompiledPolicy) -> Vec<String> {
-    policy.rules.iter().map(|rule| rule.name.clone()).collect()
+    policy
+        .rules()
+        .iter()
+        .map(|rule| rule.name.clone())
+        .collect()
 }

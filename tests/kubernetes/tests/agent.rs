@@ -40,7 +40,7 @@ async fn pods_are_protected_as_policies_and_pods_come_and_go() {
     )
     .await;
     let policy = eventually("web-1 protected", async || agent.enforced(first_id)).await;
-    assert_eq!(policy.name, "lifecycle/web");
+    assert_eq!(policy.name(), "lifecycle/web");
 
     // A pod the kubelet has not started: armed under its QoS cgroup, which the kubelet makes too.
     std::fs::create_dir_all(node.best_effort()).unwrap();
@@ -188,7 +188,7 @@ async fn a_rejected_policy_never_releases_a_pod_from_the_policy_protecting_it() 
     let baseline = async |id| {
         agent
             .enforced(id)
-            .filter(|policy| policy.name == "fail-closed-baseline")
+            .filter(|policy| policy.name() == "fail-closed-baseline")
     };
     eventually("the cluster policy", async || baseline(first_id).await).await;
 
@@ -247,7 +247,7 @@ async fn a_rejected_policy_never_releases_a_pod_from_the_policy_protecting_it() 
     let web = async |id| {
         agent
             .enforced(id)
-            .filter(|policy| policy.name == "fail-closed/web")
+            .filter(|policy| policy.name() == "fail-closed/web")
     };
     for id in [first_id, second_id] {
         eventually("the namespace's policy", async || web(id).await).await;
@@ -334,7 +334,7 @@ async fn an_agent_restarted_on_a_rejected_version_keeps_what_the_previous_one_en
     eventually("protected", async || {
         agent
             .enforced(id)
-            .filter(|policy| policy.name == "restart-rejected/web")
+            .filter(|policy| policy.name() == "restart-rejected/web")
     })
     .await;
     let kernel = agent.stop();
@@ -349,7 +349,7 @@ async fn an_agent_restarted_on_a_rejected_version_keeps_what_the_previous_one_en
     );
     // Nor replace that entry with the next policy that selects the pod (weaker, here).
     let kept = agent.enforced(id).expect("the previous agent's entry");
-    assert_eq!(kept.name, "restart-rejected/web");
+    assert_eq!(kept.name(), "restart-rejected/web");
     // A pod the previous agent did not protect gets that next policy.
     let new = pod(
         &client,
@@ -363,11 +363,11 @@ async fn an_agent_restarted_on_a_rejected_version_keeps_what_the_previous_one_en
     eventually("the new pod protected", async || {
         agent
             .enforced(new_id)
-            .filter(|policy| policy.name == "restart-rejected-baseline")
+            .filter(|policy| policy.name() == "restart-rejected-baseline")
     })
     .await;
     let kept = agent.enforced(id).expect("the previous agent's entry");
-    assert_eq!(kept.name, "restart-rejected/web");
+    assert_eq!(kept.name(), "restart-rejected/web");
 }
 
 fn condition<'a>(
@@ -539,20 +539,20 @@ async fn cluster_policies_follow_namespace_labels_and_yield_to_namespaced_ones()
     )
     .await;
     let policy = eventually("the cluster policy", async || agent.enforced(id)).await;
-    assert_eq!(policy.name, "prod-baseline");
+    assert_eq!(policy.name(), "prod-baseline");
     // The namespace's own policy takes precedence.
     apply_policy(&client, &web_policy("tenant", "  mode: AlwaysAllow\n")).await;
     eventually("the namespace's policy", async || {
         agent
             .enforced(id)
-            .filter(|policy| policy.name == "tenant/web")
+            .filter(|policy| policy.name() == "tenant/web")
     })
     .await;
     delete_policy("tenant", "web").await;
     eventually("the cluster policy again", async || {
         agent
             .enforced(id)
-            .filter(|policy| policy.name == "prod-baseline")
+            .filter(|policy| policy.name() == "prod-baseline")
     })
     .await;
     // The namespace leaves prod: released.

@@ -1,0 +1,294 @@
+//! The kernel's lookups (ebpf/programs) in Rust, on the entries a policy installs (`encode`):
+//! `palisade policy replay` decides recorded events with them, and the tests check the entries
+//! against what the patterns mean with them.
+
+use std::net::IpAddr;
+
+use palisade_common::{PERM_COUNT, PathVerdict, Verdict};
+
+use super::{
+    effect::AddressBlock,
+    encode::{MapEntries, TrieEntry},
+};
+
+impl MapEntries {
+    /// What the kernel decides for `perms` on `path`: the lookups of
+    /// ebpf/programs/path_match.h.
+    pub fn decide_path(&self, path: &str, perms: u32) -> Verdict {
+        fn longest<'a>(entries: &'a [TrieEntry], key: &[u8]) -> Option<&'a PathVerdict> {
+            entries
+                .iter()
+                .filter(|entry| key.starts_with(&entry.key))
+                .max_by_key(|entry| entry.key.len())
+                .map(|entry| &entry.verdict)
+        }
+        // As the kernel's `consider`: a stronger action wins, the first one on a tie.
+        let mut best = Verdict::default();
+        let mut consider = |action: u32, rule_id: u32| {
+            if action > best.action {
+                best = Verdict { action, rule_id };
+            }
+        };
+        let mut key = path.as_bytes().to_vec();
+        key.push(0);
+        let Some(prefix) = longest(&self.prefixes, &key) else {
+            return best;
+        };
+        for i in 0..PERM_COUNT as usize {
+            if perms & (1 << i) != 0 {
+                consider(prefix.action[i], prefix.rule_id[i]);
+            }
+        }
+        let reversed: Vec<u8> = path.bytes().rev().collect();
+        if let Some(suffix) = longest(&self.suffixes, &reversed) {
+            let matched = prefix.glob_mask & suffix.glob_mask;
+            for (i, glob) in self.globs.iter().enumerate() {
+                if matched & (1 << i) != 0
+                    && path.len() as u32 >= glob.min_len
+                    && glob.perms & perms != 0
+                {
+                    consider(glob.action, glob.rule_id);
+                }
+            }
+        }
+        best
+    }
+
+    /// Using capability `number`.
+    pub fn decide_capability(&self, number: u32) -> Verdict {
+        self.switches.capability[number as usize]
+    }
+
+    /// Mounting a file system of type `fs_type`: the mount switch, or the type's entry if it is
+    /// stronger.
+    pub fn decide_mount(&self, fs_type: &str) -> Verdict {
+        let mut verdict = self.switches.mount;
+        if let Some((_, by_type)) = self.mount_types.iter().find(|(name, _)| {
+            let end = name
+                .iter()
+                .position(|&byte| byte == 0)
+                .unwrap_or(name.len());
+            name[..end] == *fs_type.as_bytes()
+        }) && by_type.action > verdict.action
+        {
+            verdict = *by_type;
+        }
+        verdict
+    }
+
+    /// The network trie's answer for a destination: the longest matching block of each
+    /// (protocol, port) combination the kernel looks up, the strongest of those.
+    pub fn decide_destination(&self, address: IpAddr, protocol: u8, port: u16) -> Verdict {
+        let destination = AddressBlock {
+            addr: match address {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+                IpAddr::V6(v6) => v6.octets(),
+            },
+            bits: 128,
+        };
+        let mut best = Verdict::default();
+        for (rule_protocol, rule_port) in [(protocol, port), (protocol, 0), (0, port), (0, 0)] {
+            let longest = self
+                .network
+                .iter()
+                .filter(|entry| {
+                    entry.protocol == rule_protocol
+                        && entry.port == rule_port
+                        && entry.block.covers(&destination)
+                })
+                .max_by_key(|entry| entry.block.bits);
+            if let Some(entry) = longest
+                && entry.verdict.action > best.action
+            {
+                best = entry.verdict;
+            }
+        }
+        best
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use palisade_common::{
+        ACTION_AUDIT, ACTION_DENY, PERM_APPEND, PERM_EXEC, PERM_READ, PERM_WRITE,
+    };
+
+    use crate::policy::{
+        Pattern,
+        compile::testing::{decide, parse, with_rules},
+    };
+
+    #[test]
+    fn exact_prefix_and_glob_rules_decide_like_the_patterns() {
+        let policy = parse(&with_rules(
+            "    files:
+      - name: secrets
+        paths: [/etc/shadow, /secrets/]
+        permissions: [read, write]
+        action: deny
+      - paths: [/proc/**/mem]
+        permissions: [read]
+        action: audit
+    exec:
+      - name: no-curl
+        paths: [/usr/bin/curl]
+        action: deny
+",
+        ))
+        .unwrap();
+        assert_eq!(policy.rule_name(1), Some("secrets"));
+        assert_eq!(policy.rule_name(2), Some("customRules.files[1]"));
+        assert_eq!(policy.rule_name(3), Some("no-curl"));
+        assert_eq!(decide(&policy, "/etc/shadow", PERM_READ), (ACTION_DENY, 1));
+        assert_eq!(
+            decide(&policy, "/etc/shadow", PERM_APPEND),
+            (ACTION_DENY, 1)
+        );
+        assert_eq!(decide(&policy, "/etc/shadow-", PERM_READ), (0, 0));
+        assert_eq!(decide(&policy, "/etc/shadow", PERM_EXEC), (0, 0));
+        assert_eq!(
+            decide(&policy, "/secrets/a/b", PERM_WRITE),
+            (ACTION_DENY, 1)
+        );
+        assert_eq!(decide(&policy, "/secrets", PERM_WRITE), (0, 0));
+        assert_eq!(decide(&policy, "/proc/1/mem", PERM_READ), (ACTION_AUDIT, 2));
+        assert_eq!(decide(&policy, "/proc/mem", PERM_READ), (ACTION_AUDIT, 2));
+        assert_eq!(decide(&policy, "/proc/1/mem", PERM_WRITE), (0, 0));
+        assert_eq!(
+            decide(&policy, "/usr/bin/curl", PERM_EXEC),
+            (ACTION_DENY, 3)
+        );
+        // Reading it would allow a copy under another name.
+        assert_eq!(
+            decide(&policy, "/usr/bin/curl", PERM_READ),
+            (ACTION_DENY, 3)
+        );
+        assert_eq!(decide(&policy, "/usr/bin/curl", PERM_WRITE), (0, 0));
+    }
+
+    /// The tries answer exactly what the patterns mean (`Pattern::matches`), rule by rule.
+    #[test]
+    fn tries_agree_with_the_patterns() {
+        let patterns = [
+            "/etc/shadow",
+            "/etc/",
+            "/etc/ssl/",
+            "/proc/**/mem",
+            "/**/id_rsa",
+            "/data/tmp**.key",
+            "/x/y/**/y/z",
+            "/a/**/a",
+            "/srv/app/config.yaml",
+        ];
+        let paths = [
+            "/etc/shadow",
+            "/etc/shadow-",
+            "/etc",
+            "/etc/ssl/a",
+            "/proc/mem",
+            "/proc/1/mem",
+            "/proc/1/mems",
+            "/id_rsa",
+            "/home/u/.ssh/id_rsa",
+            "/data/tmp.key",
+            "/data/tmpx/y.key",
+            "/data/tm.key",
+            "/x/y/z",
+            "/x/y/y/z",
+            "/a/a",
+            "/a/b/a",
+            "/a",
+            "/srv/app/config.yaml",
+            "/srv/app/config.yaml.bak",
+        ];
+        let mut rules = String::from("    files:\n");
+        for pattern in patterns {
+            rules.push_str(&format!("      - paths: [\"{pattern}\"]\n        permissions: [read]\n        action: audit\n"));
+        }
+        let policy = parse(&with_rules(&rules)).unwrap();
+        for path in paths {
+            let matching: Vec<usize> = patterns
+                .iter()
+                .enumerate()
+                .filter(|(_, pattern)| Pattern::parse(pattern).unwrap().matches(path))
+                .map(|(index, _)| index + 1)
+                .collect();
+            let (action, rule_id) = decide(&policy, path, PERM_READ);
+            if matching.is_empty() {
+                assert_eq!(action, 0, "{path} matched rule {rule_id}");
+            } else {
+                assert_eq!(action, ACTION_AUDIT, "{path} should match {matching:?}");
+                // Several rules may match; the one reported must be one of them.
+                assert!(
+                    matching.contains(&(rule_id as usize)),
+                    "{path}: rule {rule_id}, expected one of {matching:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn covering_rules_are_merged_into_longer_entries() {
+        let policy = parse(&with_rules(
+            "    files:
+      - paths: [/etc/]
+        permissions: [write]
+        action: deny
+      - paths: [/etc/ssl/]
+        permissions: [read, write]
+        action: audit
+      - paths: [/etc/ssl/private/key.pem]
+        permissions: [read]
+        action: deny
+",
+        ))
+        .unwrap();
+        // The longest entry alone answers for the shorter rules that cover it.
+        assert_eq!(
+            decide(&policy, "/etc/ssl/cert.pem", PERM_WRITE),
+            (ACTION_DENY, 1)
+        );
+        assert_eq!(
+            decide(&policy, "/etc/ssl/cert.pem", PERM_READ),
+            (ACTION_AUDIT, 2)
+        );
+        assert_eq!(
+            decide(&policy, "/etc/ssl/private/key.pem", PERM_READ),
+            (ACTION_DENY, 3)
+        );
+        assert_eq!(
+            decide(&policy, "/etc/ssl/private/key.pem", PERM_WRITE),
+            (ACTION_DENY, 1)
+        );
+        assert_eq!(decide(&policy, "/etc/hosts", PERM_READ), (0, 0));
+        assert_eq!(policy.entries().prefixes.len(), 3);
+    }
+
+    #[test]
+    fn glob_bits_follow_covering_prefixes_and_suffixes() {
+        let policy = parse(&with_rules(
+            "    files:
+      - paths: [/data/**.key]
+        permissions: [read]
+        action: deny
+      - paths: [/data/tmp/**/x.key]
+        permissions: [read]
+        action: audit
+      - paths: [/data/tmp/keep]
+        permissions: [read]
+        action: audit
+",
+        ))
+        .unwrap();
+        assert_eq!(
+            decide(&policy, "/data/tmp/a/x.key", PERM_READ),
+            (ACTION_DENY, 1)
+        );
+        assert_eq!(
+            decide(&policy, "/data/tmp/keep", PERM_READ),
+            (ACTION_AUDIT, 3)
+        );
+        assert_eq!(decide(&policy, "/data/tmp/a/y.pem", PERM_READ), (0, 0));
+        assert_eq!(policy.entries().globs.len(), 2);
+    }
+}

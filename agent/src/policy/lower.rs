@@ -1,0 +1,551 @@
+//! Spec -> rules: a policy's mode, built-in rule lists, custom rules and rule modules' rules
+//! become one list of rules, each a name, an action and checked effects (see `effect`). Every
+//! `PolicyError` a valid YAML document can cause is found here, named by its field.
+
+use std::path::Path;
+
+use palisade_common::{FS_TYPE_LEN, MAX_GLOBS};
+
+use super::{
+    Action, CustomRules, Mode, NetworkRule, Pattern, Policy, PolicyError, PortRange, Protocol,
+    catalog::{self, Category, Environment},
+    effect::{AddressBlock, EXEC_RULE_PERMS, Effect, Switch, parse_port_range},
+    permission::kernel_perms,
+};
+
+/// Ports one network rule may list in total (each is a trie entry).
+const MAX_PORTS_PER_RULE: u32 = 1024;
+
+const ENHANCE_PROTECT: &str = "spec.enhanceProtect";
+
+/// A rule on its way into the maps.
+pub(super) struct Rule {
+    /// Where it came from, for errors.
+    field: String,
+    pub name: String,
+    pub action: Action,
+    pub effects: Vec<Effect>,
+}
+
+/// What a policy does with its violations, for every deny rule.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Violations {
+    pub audit: bool,
+    pub allow: bool,
+}
+
+impl Violations {
+    pub(super) fn of(policy: &Policy) -> Self {
+        let enhance = policy.spec.enhance_protect.as_ref();
+        enhance.map_or_else(Self::default, |enhance| Self {
+            audit: enhance.audit_violations,
+            allow: enhance.allow_violations,
+        })
+    }
+}
+
+/// The rules a policy stands for, in rule id order: its mode's and lists', then the kernel rules
+/// of its rule modules (`modules[i]` compiled by `spec.ruleModules[i]`).
+pub(super) fn lower(
+    file: &Path,
+    policy: &Policy,
+    env: &Environment,
+    modules: &[CustomRules],
+) -> Result<Vec<Rule>, PolicyError> {
+    let mut rules = listed_rules(file, policy, env)?;
+    if policy.spec.mode != Mode::AlwaysAllow {
+        for (index, (module, custom)) in policy.spec.rule_modules.iter().zip(modules).enumerate() {
+            let base = format!("spec.ruleModules[{index}] ({})", module.name);
+            custom_rules(
+                file,
+                custom,
+                &base,
+                &format!("{}/", module.name),
+                &mut rules,
+            )?;
+        }
+    }
+    for (index, rule) in rules.iter().enumerate() {
+        if rules[..index]
+            .iter()
+            .any(|earlier| earlier.name == rule.name)
+        {
+            return Err(PolicyError::new(
+                file,
+                &rule.field,
+                format!("duplicate rule name \"{}\"", rule.name),
+            ));
+        }
+    }
+    check_globs(file, &rules)?;
+    Ok(rules)
+}
+
+/// The tries' glob masks have a bit for each of a policy's `**` patterns.
+fn check_globs(file: &Path, rules: &[Rule]) -> Result<(), PolicyError> {
+    let mut globs = 0;
+    for rule in rules {
+        for effect in &rule.effects {
+            let Effect::Paths { patterns, .. } = effect else {
+                continue;
+            };
+            for (index, pattern) in patterns.iter().enumerate() {
+                if !matches!(pattern, Pattern::Glob { .. }) {
+                    continue;
+                }
+                if globs == MAX_GLOBS {
+                    return Err(PolicyError::new(
+                        file,
+                        format!("{}.paths[{index}]", rule.field),
+                        format!(
+                            "a policy may hold at most {MAX_GLOBS} \"**\" patterns, built-in \
+                             rules included"
+                        ),
+                    ));
+                }
+                globs += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The rules a policy's mode and lists stand for.
+fn listed_rules(file: &Path, policy: &Policy, env: &Environment) -> Result<Vec<Rule>, PolicyError> {
+    let runtime_default = || Rule {
+        field: "spec.mode".to_owned(),
+        name: "runtime-default".to_owned(),
+        action: Action::Deny,
+        effects: catalog::runtime_default(),
+    };
+    let enhance = match (policy.spec.mode, &policy.spec.enhance_protect) {
+        (Mode::EnhanceProtect, enhance) => enhance.clone().unwrap_or_default(),
+        (mode, Some(_)) => {
+            return Err(PolicyError::new(
+                file,
+                ENHANCE_PROTECT,
+                format!("only allowed with mode EnhanceProtect, not {mode:?}"),
+            ));
+        }
+        (Mode::AlwaysAllow, None) => return Ok(Vec::new()),
+        (Mode::RuntimeDefault, None) => return Ok(vec![runtime_default()]),
+    };
+    let mut rules = Vec::new();
+    if !enhance.privileged {
+        rules.push(runtime_default());
+    }
+    let lists = [
+        (Category::Hardening, &enhance.hardening_rules),
+        (Category::AttackProtection, &enhance.attack_protection_rules),
+        (Category::VulMitigation, &enhance.vul_mitigation_rules),
+    ];
+    let known = catalog::known_names();
+    for (category, list) in lists {
+        for (index, rule) in list.iter().enumerate() {
+            let field = format!("{ENHANCE_PROTECT}.{}[{index}]", category.field());
+            let name = rule.as_str();
+            let error = |reason: String| PolicyError::new(file, &field, reason);
+            let effects = match catalog::effects(name, env) {
+                None => {
+                    let hint = catalog::closest(name)
+                        .map(|close| format!(" (did you mean \"{close}\"?)"))
+                        .unwrap_or_default();
+                    return Err(error(format!("unknown built-in rule \"{name}\"{hint}")));
+                }
+                Some(Err(reason)) => return Err(error(format!("\"{name}\": {reason}"))),
+                Some(Ok(effects)) => effects,
+            };
+            let belongs = known
+                .iter()
+                .find(|(known, _)| known == name)
+                .map(|(_, category)| *category);
+            if belongs != Some(category) {
+                let list = belongs.map_or("another list", Category::field);
+                return Err(error(format!("\"{name}\" belongs in {list}")));
+            }
+            rules.push(Rule {
+                field,
+                name: name.to_owned(),
+                action: if enhance.audit_rules.contains(rule) {
+                    Action::Audit
+                } else {
+                    Action::Deny
+                },
+                effects,
+            });
+        }
+    }
+    for (index, name) in enhance.audit_rules.iter().enumerate() {
+        if !lists.iter().any(|(_, list)| list.contains(name)) {
+            return Err(PolicyError::new(
+                file,
+                format!("{ENHANCE_PROTECT}.auditRules[{index}]"),
+                format!(
+                    "\"{name}\" is not listed in hardeningRules, attackProtectionRules or vulMitigationRules"
+                ),
+            ));
+        }
+    }
+    let base = format!("{ENHANCE_PROTECT}.customRules");
+    custom_rules(file, &enhance.custom_rules, &base, "", &mut rules)?;
+    Ok(rules)
+}
+
+/// Parses each of `items` (found at `field[i]`), or names the first that does not parse.
+fn parse_each<T, U>(
+    file: &Path,
+    field: &str,
+    items: &[T],
+    parse: impl Fn(&T) -> Result<U, String>,
+) -> Result<Vec<U>, PolicyError> {
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            parse(item)
+                .map_err(|reason| PolicyError::new(file, format!("{field}[{index}]"), reason))
+        })
+        .collect()
+}
+
+/// The patterns of a file or exec rule found at `field`.
+fn path_patterns(file: &Path, field: &str, paths: &[String]) -> Result<Vec<Pattern>, PolicyError> {
+    if paths.is_empty() {
+        return Err(PolicyError::new(
+            file,
+            format!("{field}.paths"),
+            "must list at least one path",
+        ));
+    }
+    parse_each(file, &format!("{field}.paths"), paths, |path| {
+        Pattern::parse(path)
+    })
+}
+
+/// The effect of a network rule found at `field`.
+fn network_effect(file: &Path, field: &str, rule: &NetworkRule) -> Result<Effect, PolicyError> {
+    let ranges = parse_each(
+        file,
+        &format!("{field}.ports"),
+        &rule.ports,
+        |port| match port {
+            PortRange::Port(0) => Err("0 is not a port".to_owned()),
+            PortRange::Port(port) => Ok((*port, *port)),
+            PortRange::Range(range) => parse_port_range(range),
+        },
+    )?;
+    let blocks = parse_each(
+        file,
+        &format!("{field}.addresses"),
+        &rule.addresses,
+        |address| AddressBlock::parse(address),
+    )?;
+    let port_count: u32 = ranges
+        .iter()
+        .map(|(low, high)| u32::from(high - low) + 1)
+        .sum();
+    if port_count > MAX_PORTS_PER_RULE {
+        return Err(PolicyError::new(
+            file,
+            format!("{field}.ports"),
+            format!("may cover at most {MAX_PORTS_PER_RULE} ports, not {port_count}"),
+        ));
+    }
+    if !ranges.is_empty() && rule.protocols.contains(&Protocol::Icmp) {
+        return Err(PolicyError::new(
+            file,
+            format!("{field}.ports"),
+            "ICMP has no ports",
+        ));
+    }
+    Ok(Effect::Network {
+        blocks,
+        ports: ranges.iter().flat_map(|(low, high)| *low..=*high).collect(),
+        protocols: rule
+            .protocols
+            .iter()
+            .map(|protocol| match protocol {
+                Protocol::Tcp => libc::IPPROTO_TCP as u8,
+                Protocol::Udp => libc::IPPROTO_UDP as u8,
+                Protocol::Icmp => libc::IPPROTO_ICMP as u8,
+            })
+            .collect(),
+    })
+}
+
+/// The effect of a mount rule found at `field`: every mount, or mounts of the types it lists.
+fn mount_effect(file: &Path, field: &str, fs_types: &[String]) -> Result<Effect, PolicyError> {
+    if fs_types.is_empty() {
+        return Ok(Effect::Switch(Switch::Mount));
+    }
+    let longest = FS_TYPE_LEN as usize - 1;
+    parse_each(file, &format!("{field}.fsTypes"), fs_types, |fs_type| {
+        if fs_type.is_empty() || fs_type.len() > longest {
+            return Err(format!(
+                "\"{fs_type}\" is not a file system type (1 to {longest} bytes)"
+            ));
+        }
+        Ok(fs_type.clone())
+    })
+    .map(Effect::MountTypes)
+}
+
+/// The capability mask of a capability rule found at `field`: every capability named, less
+/// those named with a leading "-".
+fn capability_mask(file: &Path, field: &str, names: &[String]) -> Result<u64, PolicyError> {
+    let (mut included, mut excluded) = (0u64, 0u64);
+    for (index, name) in names.iter().enumerate() {
+        let (set, name) = match name.strip_prefix('-') {
+            Some(name) => (&mut excluded, name),
+            None => (&mut included, name.as_str()),
+        };
+        *set |= match name {
+            "all" => catalog::ALL_CAPS,
+            name => {
+                1 << catalog::capability(name).ok_or_else(|| {
+                    PolicyError::new(
+                        file,
+                        format!("{field}.capabilities[{index}]"),
+                        format!("unknown capability \"{name}\""),
+                    )
+                })?
+            }
+        };
+    }
+    let mask = included & !excluded;
+    if mask == 0 {
+        return Err(PolicyError::new(
+            file,
+            format!("{field}.capabilities"),
+            "must list at least one capability",
+        ));
+    }
+    Ok(mask)
+}
+
+/// Adds the rules of `custom`, found at the field `base`, their names prefixed with `prefix`.
+fn custom_rules(
+    file: &Path,
+    custom: &CustomRules,
+    base: &str,
+    prefix: &str,
+    rules: &mut Vec<Rule>,
+) -> Result<(), PolicyError> {
+    let mut push =
+        |field: String, kind: &str, index: usize, name: &Option<String>, action, effect| {
+            let name = name
+                .clone()
+                .unwrap_or_else(|| format!("customRules.{kind}[{index}]"));
+            rules.push(Rule {
+                name: format!("{prefix}{name}"),
+                field,
+                action,
+                effects: vec![effect],
+            });
+        };
+    let field = |kind: &str, index: usize| format!("{base}.{kind}[{index}]");
+    for (index, rule) in custom.files.iter().enumerate() {
+        let field = field("files", index);
+        if rule.permissions.is_empty() {
+            return Err(PolicyError::new(
+                file,
+                format!("{field}.permissions"),
+                "must list at least one permission",
+            ));
+        }
+        let effect = Effect::Paths {
+            patterns: path_patterns(file, &field, &rule.paths)?,
+            perms: kernel_perms(&rule.permissions),
+        };
+        push(field, "files", index, &rule.name, rule.action, effect);
+    }
+    for (index, rule) in custom.exec.iter().enumerate() {
+        let field = field("exec", index);
+        let effect = Effect::Paths {
+            patterns: path_patterns(file, &field, &rule.paths)?,
+            perms: EXEC_RULE_PERMS,
+        };
+        push(field, "exec", index, &rule.name, rule.action, effect);
+    }
+    for (index, rule) in custom.network.iter().enumerate() {
+        let field = field("network", index);
+        let effect = network_effect(file, &field, rule)?;
+        push(field, "network", index, &rule.name, rule.action, effect);
+    }
+    for (index, rule) in custom.mount.iter().enumerate() {
+        let field = field("mount", index);
+        let effect = mount_effect(file, &field, &rule.fs_types)?;
+        push(field, "mount", index, &rule.name, rule.action, effect);
+    }
+    for (index, rule) in custom.capabilities.iter().enumerate() {
+        let field = field("capabilities", index);
+        let mask = capability_mask(file, &field, &rule.capabilities)?;
+        let effect = Effect::Capabilities(mask);
+        push(
+            field,
+            "capabilities",
+            index,
+            &rule.name,
+            rule.action,
+            effect,
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::policy::{
+        compile,
+        compile::testing::{parse, with_rules, with_spec},
+    };
+
+    #[test]
+    fn invalid_policies_name_file_field_and_reason() {
+        let cases = [
+            (
+                with_rules("    filez: []\n"),
+                "p.yaml: spec.enhanceProtect.customRules: unknown field `filez`, expected one of `files`, `exec`, `network`, `mount`, `capabilities` at line 10 column 7",
+            ),
+            (
+                with_rules("    files:\n      - paths: [/a]\n        permissions: [exe]\n        action: deny\n"),
+                "p.yaml: spec.enhanceProtect.customRules.files[0].permissions[0]: unknown variant `exe`, expected one of `read`, `write`, `append`, `exec` at line 12 column 25",
+            ),
+            (
+                with_rules("    files:\n      - paths: [/a]\n        permissions: [read]\n        action: block\n"),
+                "p.yaml: spec.enhanceProtect.customRules.files[0].action: unknown variant `block`, expected `audit` or `deny` at line 13 column 19",
+            ),
+            (
+                with_rules("    files:\n      - paths: [/a/*.txt]\n        permissions: [read]\n        action: deny\n"),
+                "p.yaml: spec.enhanceProtect.customRules.files[0].paths[0]: \"/a/*.txt\": only the \"**\" wildcard is supported (no \"*\", \"?\" or \"[\")",
+            ),
+            (
+                with_rules("    exec:\n      - paths: [bin/sh]\n        action: deny\n"),
+                "p.yaml: spec.enhanceProtect.customRules.exec[0].paths[0]: \"bin/sh\" is not an absolute path",
+            ),
+            (
+                with_rules("    files:\n      - paths: []\n        permissions: [read]\n        action: deny\n"),
+                "p.yaml: spec.enhanceProtect.customRules.files[0].paths: must list at least one path",
+            ),
+            (
+                with_rules("    files:\n      - paths: [/a]\n        permissions: []\n        action: deny\n"),
+                "p.yaml: spec.enhanceProtect.customRules.files[0].permissions: must list at least one permission",
+            ),
+            (
+                with_rules("    exec:\n      - name: x\n        paths: [/a]\n        action: deny\n      - name: x\n        paths: [/b]\n        action: deny\n"),
+                "p.yaml: spec.enhanceProtect.customRules.exec[1]: duplicate rule name \"x\"",
+            ),
+            (
+                with_rules("    files:\n      - paths: [/a]\n        action: deny\n"),
+                "p.yaml: spec.enhanceProtect.customRules.files[0]: missing field `permissions` at line 11 column 11",
+            ),
+            (
+                "apiVersion: palisade.dev/v1\nkind: PalisadePolicy\nmetadata:\n  name: t\nspec: {mode: AlwaysAllow}\n".to_owned(),
+                "p.yaml: apiVersion: expected \"palisade.dev/v1alpha1\", got \"palisade.dev/v1\"",
+            ),
+            ("[1, 2]".to_owned(), "p.yaml: (document): invalid type: sequence, expected struct Policy"),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse(&text).unwrap_err().to_string(), expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn too_many_globs_is_an_error() {
+        let paths: Vec<String> = (0..65).map(|i| format!("/d{i}/**/x")).collect();
+        let text = with_rules(&format!(
+            "    files:\n      - paths: [{}]\n        permissions: [read]\n        action: deny\n",
+            paths.join(", ")
+        ));
+        assert_eq!(
+            parse(&text).unwrap_err().to_string(),
+            "p.yaml: spec.enhanceProtect.customRules.files[0].paths[64]: a policy may hold at most 64 \"**\" patterns, built-in rules included"
+        );
+    }
+
+    #[test]
+    fn rule_names_are_checked_with_a_suggestion() {
+        let error = |list: &str, name: &str| {
+            parse(&with_spec(&format!(
+                "  mode: EnhanceProtect\n  enhanceProtect:\n    {list}: [{name}]\n"
+            )))
+            .unwrap_err()
+            .to_string()
+        };
+        assert_eq!(
+            error("hardeningRules", "disalow-mount"),
+            "p.yaml: spec.enhanceProtect.hardeningRules[0]: unknown built-in rule \"disalow-mount\" (did you mean \"disallow-mount\"?)"
+        );
+        assert_eq!(
+            error("hardeningRules", "no-such-thing-at-all"),
+            "p.yaml: spec.enhanceProtect.hardeningRules[0]: unknown built-in rule \"no-such-thing-at-all\""
+        );
+        assert_eq!(
+            error("vulMitigationRules", "disable-shell"),
+            "p.yaml: spec.enhanceProtect.vulMitigationRules[0]: \"disable-shell\" belongs in attackProtectionRules"
+        );
+        assert_eq!(
+            error("auditRules", "disable-shell"),
+            "p.yaml: spec.enhanceProtect.auditRules[0]: \"disable-shell\" is not listed in hardeningRules, attackProtectionRules or vulMitigationRules"
+        );
+        assert_eq!(
+            error("attackProtectionRules", "block-access-to-kube-apiserver"),
+            "p.yaml: spec.enhanceProtect.attackProtectionRules[0]: \"block-access-to-kube-apiserver\": the API server's address is unknown (KUBERNETES_SERVICE_HOST is not set)"
+        );
+        assert_eq!(
+            parse(&with_spec("  mode: RuntimeDefault\n  enhanceProtect: {}\n"))
+                .unwrap_err()
+                .to_string(),
+            "p.yaml: spec.enhanceProtect: only allowed with mode EnhanceProtect, not RuntimeDefault"
+        );
+    }
+
+    #[test]
+    fn every_built_in_rule_compiles_together() {
+        let mut lists: HashMap<&str, Vec<String>> = HashMap::new();
+        for (name, category) in catalog::known_names() {
+            lists.entry(category.field()).or_default().push(name);
+        }
+        let mut spec = String::from("  mode: EnhanceProtect\n  enhanceProtect:\n");
+        for (field, names) in &lists {
+            spec.push_str(&format!("    {field}: [{}]\n", names.join(", ")));
+        }
+        let file = Path::new("p.yaml");
+        let env = Environment {
+            kube_apiserver: vec!["10.96.0.1".into()],
+            ..Environment::default()
+        };
+        let policy = compile(
+            file,
+            &Policy::parse(file, &with_spec(&spec)).unwrap(),
+            &env,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(policy.rules().len(), catalog::known_names().len() + 1);
+        assert!(policy.entries().globs.len() <= MAX_GLOBS as usize);
+    }
+
+    #[test]
+    fn invalid_network_and_capability_rules_name_the_field() {
+        let error = parse(&with_rules(
+            "    network:\n      - addresses: [10.0.0.1/8]\n        action: deny\n",
+        ))
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "p.yaml: spec.enhanceProtect.customRules.network[0].addresses[0]: \"10.0.0.1/8\" has bits set beyond its prefix length"
+        );
+        let error = parse(&with_rules(
+            "    capabilities:\n      - capabilities: [sys_admn]\n        action: deny\n",
+        ))
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "p.yaml: spec.enhanceProtect.customRules.capabilities[0].capabilities[0]: unknown capability \"sys_admn\""
+        );
+    }
+}
