@@ -3,6 +3,7 @@
 pub mod bpf;
 pub mod cmd;
 pub mod events;
+pub mod files;
 pub mod http;
 pub mod k8s;
 pub mod metrics;

@@ -12,14 +12,14 @@ use std::{
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::ResourceExt;
 use palisade_crds::{PalisadeClusterPolicy, PalisadePolicy, PolicySpec, PolicyStatus};
-use tracing::{info, warn};
 
 use super::select::selects;
 use crate::{
     policy::{CompiledPolicy, Environment, Policy},
     rules::RuleHost,
     targets::{
-        CgroupDriver, Enforce, Hierarchy, Placement, PodIdentity, PodRegistry, container_id,
+        CgroupDriver, Enforce, EnforcedSet, Entry, Hierarchy, Placement, PodIdentity, PodRegistry,
+        container_id,
     },
 };
 
@@ -137,25 +137,17 @@ struct Compiled {
     result: Result<Arc<CompiledPolicy>, String>,
 }
 
-/// A pod this agent protects.
-struct EnforcedPod {
-    pod: String,
+/// Which version of which policy a pod has.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PolicyVersion {
     policy: PolicyKey,
     generation: i64,
-    compiled: Arc<CompiledPolicy>,
-    placement: Placement,
 }
 
 /// What a pod should get.
 enum Wanted {
     /// This version of this policy, there.
-    Install {
-        pod: String,
-        policy: PolicyKey,
-        generation: i64,
-        compiled: Arc<CompiledPolicy>,
-        placement: Placement,
-    },
+    Install(Entry<PolicyVersion>),
     /// What it has, where it is: its cgroup is not found.
     Keep,
 }
@@ -170,9 +162,7 @@ pub struct Reconciler {
     environment: Environment,
     compiled: HashMap<PolicyKey, Compiled>,
     /// By pod UID.
-    enforced: HashMap<String, EnforcedPod>,
-    /// The last error about each subject, so that a lasting problem is logged once.
-    reported: BTreeMap<String, String>,
+    enforced: EnforcedSet<String, PolicyVersion>,
     /// Which pod and container each cgroup of a protected pod is, for audit events.
     pods: PodRegistry,
 }
@@ -193,20 +183,19 @@ impl Reconciler {
             modules,
             environment,
             compiled: HashMap::new(),
-            enforced: HashMap::new(),
-            reported: BTreeMap::new(),
+            enforced: EnforcedSet::default(),
             pods,
         }
     }
 
     /// Whether the last reconcile protected every pod its policy selects.
     pub fn all_enforced(&self) -> bool {
-        self.reported.is_empty()
+        self.enforced.all_enforced()
     }
 
     /// Pods protected (or armed), by policy.
     pub fn enforced_pods(&self) -> usize {
-        self.enforced.len()
+        self.enforced.count()
     }
 
     /// Policies whose current generation compiled.
@@ -219,7 +208,7 @@ impl Reconciler {
 
     /// Errors that last, by subject.
     pub fn errors(&self) -> usize {
-        self.reported.len()
+        self.enforced.errors()
     }
 
     fn compile(&self, policy: &PolicyObject) -> Result<Arc<CompiledPolicy>, String> {
@@ -281,13 +270,7 @@ impl Reconciler {
         let wanted = self.wanted(objects, &*enforcer, &mut reports, &mut errors);
         self.apply(wanted, enforcer, &mut reports, &mut errors);
         self.identify(objects);
-        let new_errors = errors
-            .iter()
-            .filter(|(subject, error)| self.reported.get(*subject) != Some(error))
-            .map(|(_, error)| error.clone())
-            .collect();
-        self.reported = errors;
-        (reports, new_errors)
+        (reports, self.enforced.report(errors))
     }
 
     /// What each selected pod should get, by UID.
@@ -315,6 +298,7 @@ impl Reconciler {
                 continue;
             };
             let name = format!("{namespace}/{}", pod.name_any());
+            let subject = format!("pod {name}");
             let namespace_labels = objects.namespaces.get(&namespace).unwrap_or(&no_labels);
             let mut candidates: Vec<&PolicyObject> = objects
                 .policies
@@ -356,7 +340,7 @@ impl Reconciler {
             let installing = match &self.compiled[&chosen.key].result {
                 Ok(compiled) => Some((&chosen.key, chosen.generation, compiled)),
                 Err(_) => {
-                    problem = Some(format!("pod {name}: {} is rejected", chosen.key));
+                    problem = Some(format!("{subject}: {} is rejected", chosen.key));
                     let mut compiled_candidates = candidates.iter().filter_map(|candidate| {
                         let compiled = self.compiled[&candidate.key].result.as_ref().ok()?;
                         Some((&candidate.key, candidate.generation, compiled))
@@ -364,10 +348,10 @@ impl Reconciler {
                     match enforced {
                         Some(enforced) => Some(
                             compiled_candidates
-                                .find(|(policy, ..)| **policy == enforced.policy)
+                                .find(|(policy, ..)| **policy == enforced.version.policy)
                                 .unwrap_or((
-                                    &enforced.policy,
-                                    enforced.generation,
+                                    &enforced.version.policy,
+                                    enforced.version.generation,
                                     &enforced.compiled,
                                 )),
                         ),
@@ -378,25 +362,25 @@ impl Reconciler {
                     }
                 }
             };
-            let mut protector = enforced.map(|enforced| enforced.policy.clone());
+            let mut protector = enforced.map(|enforced| enforced.version.policy.clone());
             if let Some((policy, generation, compiled)) = installing {
                 match pod_placement(&self.cgroups, driver, pod) {
                     Ok(placement) if fallback && placement.is_held(enforcer) => {}
                     Ok(placement) => {
                         protector = Some(policy.clone());
-                        wanted.insert(
-                            uid.clone(),
-                            Wanted::Install {
-                                pod: name.clone(),
+                        let entry = Entry {
+                            subject: subject.clone(),
+                            version: PolicyVersion {
                                 policy: policy.clone(),
                                 generation,
-                                compiled: compiled.clone(),
-                                placement,
                             },
-                        );
+                            compiled: compiled.clone(),
+                            placement,
+                        };
+                        wanted.insert(uid.clone(), Wanted::Install(entry));
                     }
                     Err(reason) => {
-                        problem.get_or_insert(format!("pod {name} ({policy}): {reason}"));
+                        problem.get_or_insert(format!("{subject} ({policy}): {reason}"));
                     }
                 }
             }
@@ -414,7 +398,7 @@ impl Reconciler {
                 report.fail(match (&problem, &protector) {
                     (Some(problem), _) if candidate.key == chosen.key => problem.clone(),
                     (_, Some(protector)) => {
-                        format!("pod {name} is protected by {protector} (one policy per pod)")
+                        format!("{subject} is protected by {protector} (one policy per pod)")
                     }
                     (Some(problem), None) => problem.clone(),
                     (None, None) => {
@@ -423,7 +407,7 @@ impl Reconciler {
                 });
             }
             if let Some(problem) = problem {
-                errors.insert(name, problem);
+                errors.insert(subject, problem);
             }
         }
         wanted
@@ -436,76 +420,33 @@ impl Reconciler {
         reports: &mut BTreeMap<PolicyKey, PolicyReport>,
         errors: &mut BTreeMap<String, String>,
     ) {
-        let released: Vec<String> = self
-            .enforced
-            .keys()
-            .filter(|uid| !wanted.contains_key(*uid))
-            .cloned()
-            .collect();
-        for uid in released {
-            let enforced = &self.enforced[&uid];
-            match enforced.placement.remove(enforcer) {
-                Ok(()) => {
-                    info!(pod = %enforced.pod, policy = %enforced.policy, "pod no longer protected");
-                    self.enforced.remove(&uid);
-                }
-                Err(err) => {
-                    let error =
-                        format!("pod {}: removing {}: {err}", enforced.pod, enforced.policy);
-                    errors.insert(enforced.pod.clone(), error);
-                }
-            }
-        }
+        self.enforced
+            .release_unwanted(|uid| wanted.contains_key(uid), enforcer, errors);
         for (uid, wanted) in wanted {
-            let Wanted::Install {
-                pod,
-                policy,
-                generation,
-                compiled,
-                placement,
-            } = wanted
-            else {
+            let Wanted::Install(entry) = wanted else {
                 // Its policy may be gone: it stays until the pod's new one is enforced.
-                let enforced = &self.enforced[&uid];
-                if let Some(report) = reports.get_mut(&enforced.policy) {
+                let enforced = self.enforced.get(&uid).expect("a kept pod is enforced");
+                if let Some(report) = reports.get_mut(&enforced.version.policy) {
                     report.enforced_pods += 1;
                 }
                 continue;
             };
             // A policy kept for a pod may be gone: it has no report.
-            let report = reports.get_mut(&policy);
+            let report = reports.get_mut(&entry.version.policy);
             let up_to_date = self.enforced.get(&uid).is_some_and(|enforced| {
-                enforced.policy == policy
-                    && enforced.generation == generation
-                    && enforced.placement == placement
-                    && placement.is_current(&self.cgroups)
+                enforced.version == entry.version
+                    && enforced.placement == entry.placement
+                    && entry.placement.is_current(&self.cgroups)
             });
             if !up_to_date {
-                if let Err(err) = placement.install(enforcer, compiled.clone()) {
-                    let error = format!("pod {pod} ({policy}): cannot install: {err}");
+                let (subject, policy) = (entry.subject.clone(), entry.version.policy.clone());
+                if let Err(err) = self.enforced.install(uid, entry, enforcer) {
+                    let error = format!("{subject} ({policy}): cannot install: {err}");
                     if let Some(report) = report {
                         report.fail(error.clone());
                     }
-                    errors.insert(pod, error);
+                    errors.insert(subject, error);
                     continue;
-                }
-                info!(pod = %pod, policy = %policy, target = %placement.describe(), "pod protected");
-                let previous = self.enforced.insert(
-                    uid,
-                    EnforcedPod {
-                        pod: pod.clone(),
-                        policy,
-                        generation,
-                        compiled,
-                        placement: placement.clone(),
-                    },
-                );
-                // Off the previous placement (an armed cgroup now created), never before the new
-                // one is on.
-                if let Some(previous) = previous.filter(|previous| previous.placement != placement)
-                    && let Err(err) = previous.placement.remove(enforcer)
-                {
-                    warn!(pod = %pod, "removing the policy from {}: {err}", previous.placement.describe());
                 }
             }
             if let Some(report) = report {

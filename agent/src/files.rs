@@ -1,0 +1,419 @@
+//! `palisade agent --policy-dir DIR`: every policy file of a directory enforced on the cgroup
+//! it names, following the files' changes and the cgroups that come and go.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::SystemTime,
+};
+
+use tracing::error;
+
+use crate::{
+    metrics::Metrics,
+    policy::{CompiledPolicy, Environment, PolicyError, Target},
+    rules::RuleHost,
+    targets::{Enforce, EnforcedSet, Entry, Hierarchy, Placement},
+};
+
+/// The policy files of a directory and what of them is enforced.
+pub struct PolicyDir {
+    dir: PathBuf,
+    cgroups: Hierarchy,
+    /// By file; a version is the file's text.
+    enforced: EnforcedSet<PathBuf, String>,
+    environment: Environment,
+    rule_host: RuleHost,
+    metrics: Arc<Metrics>,
+    /// Changes older than this were made before the agent watched: no apply latency for them.
+    started: SystemTime,
+}
+
+fn is_policy_file(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|ext| ext.to_str()),
+        Some("yaml" | "yml")
+    )
+}
+
+impl PolicyDir {
+    /// Whether the watcher's `event` may have changed the policies. Opening and reading the
+    /// files, as each reconcile does, changes nothing: woken by its own reads, the agent
+    /// reconciled over and over, its event reader starved. A watcher error may hide a change.
+    pub fn changed_by(event: &notify::Result<notify::Event>) -> bool {
+        use notify::{
+            EventKind,
+            event::{AccessKind, AccessMode},
+        };
+        event.as_ref().map_or(true, |event| match event.kind {
+            EventKind::Access(kind) => kind == AccessKind::Close(AccessMode::Write),
+            _ => true,
+        })
+    }
+
+    pub fn new(
+        dir: PathBuf,
+        cgroups: Hierarchy,
+        rule_host: RuleHost,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            dir,
+            cgroups,
+            enforced: EnforcedSet::default(),
+            environment: Environment::from_process(),
+            rule_host,
+            metrics,
+            started: SystemTime::now(),
+        }
+    }
+
+    fn prepare(&self, file: &Path, text: &str) -> Result<(CompiledPolicy, Placement), PolicyError> {
+        let policy = crate::policy::Policy::parse(file, text)?;
+        let compiled = crate::rules::compile_policy(
+            &self.rule_host,
+            file,
+            &self.dir,
+            &policy,
+            &self.environment,
+        )?;
+        let Some(target) = &policy.spec.target else {
+            return Err(PolicyError::new(
+                file,
+                "spec.target",
+                "required by the agent",
+            ));
+        };
+        let Target {
+            cgroup_path: Some(cgroup_path),
+            kind: None,
+            names: None,
+            selector: None,
+            namespace_selector: None,
+        } = target
+        else {
+            return Err(PolicyError::new(
+                file,
+                "spec.target",
+                "a policy file names a cgroupPath (kind, names and selectors choose pods in Kubernetes)",
+            ));
+        };
+        let placement = Placement::locate(&self.cgroups, cgroup_path)
+            .map_err(|err| PolicyError::new(file, "spec.target.cgroupPath", err.to_string()))?;
+        Ok((compiled, placement))
+    }
+
+    /// Brings the kernel in line with the directory: new and changed files, removed files, and
+    /// targets that appeared or were recreated since. A file that cannot be used is reported and
+    /// its previous version, if any, stays enforced. Returns the errors not reported before.
+    pub fn reconcile(&mut self, enforcer: &mut impl Enforce) -> Vec<String> {
+        let mut errors = BTreeMap::new();
+        match std::fs::read_dir(&self.dir) {
+            Ok(entries) => {
+                let mut files: Vec<PathBuf> = entries
+                    .filter_map(|entry| Some(entry.ok()?.path()))
+                    .filter(|path| is_policy_file(path))
+                    .collect();
+                files.sort();
+                for file in &files {
+                    if let Err(err) = self.sync_file(enforcer, file) {
+                        let error = format!("{err}{}", self.kept(file));
+                        errors.insert(file.display().to_string(), error);
+                    }
+                }
+                self.enforced
+                    .release_unwanted(|file| files.contains(file), enforcer, &mut errors);
+            }
+            Err(err) => {
+                let dir = self.dir.display().to_string();
+                let error = format!("{dir}: cannot list: {err}; keeping every policy as it is");
+                errors.insert(dir, error);
+            }
+        }
+        let new_errors = self.enforced.report(errors);
+        self.metrics.policies.set(self.enforced.count() as i64);
+        self.metrics
+            .policy_errors
+            .set(self.enforced.errors() as i64);
+        new_errors
+    }
+
+    /// `reconcile`, logging the errors.
+    pub fn reconcile_and_report(&mut self, enforcer: &mut impl Enforce) {
+        for err in self.reconcile(enforcer) {
+            error!("{err}");
+        }
+    }
+
+    /// Whether the last reconcile enforced every policy file as it is.
+    pub fn all_enforced(&self) -> bool {
+        self.enforced.all_enforced()
+    }
+
+    fn sync_file(&mut self, enforcer: &mut impl Enforce, file: &Path) -> Result<(), PolicyError> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|err| PolicyError::new(file, "(file)", format!("cannot read: {err}")))?;
+        // Unchanged, and its target neither created nor recreated since.
+        let up_to_date = self.enforced.get(file).is_some_and(|enforced| {
+            enforced.version == text && enforced.placement.is_current(&self.cgroups)
+        });
+        if up_to_date {
+            Ok(())
+        } else {
+            self.enforce(enforcer, file, text)
+        }
+    }
+
+    fn kept(&self, file: &Path) -> &'static str {
+        if self.enforced.get(file).is_some() {
+            "; the previous version stays enforced"
+        } else {
+            "; not enforced"
+        }
+    }
+
+    fn enforce(
+        &mut self,
+        enforcer: &mut impl Enforce,
+        file: &Path,
+        text: String,
+    ) -> Result<(), PolicyError> {
+        let (compiled, placement) = self.prepare(file, &text)?;
+        if let Some((other, _)) = self
+            .enforced
+            .iter()
+            .find(|(other, enforced)| *other != file && enforced.placement == placement)
+        {
+            return Err(PolicyError::new(
+                file,
+                "spec.target.cgroupPath",
+                format!(
+                    "{} already has a policy, from {}",
+                    placement.describe(),
+                    other.display()
+                ),
+            ));
+        }
+        let entry = Entry {
+            subject: file.display().to_string(),
+            version: text,
+            compiled: Arc::new(compiled),
+            placement,
+        };
+        self.enforced
+            .install(file.to_owned(), entry, enforcer)
+            .map_err(|err| PolicyError::new(file, "(kernel)", format!("cannot install: {err}")))?;
+        if let Some(latency) = std::fs::metadata(file)
+            .and_then(|metadata| metadata.modified())
+            .ok()
+            .filter(|changed| *changed >= self.started)
+            .and_then(|changed| changed.elapsed().ok())
+        {
+            self.metrics.apply_seconds.observe(latency.as_secs_f64());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::targets::FakeKernel;
+
+    #[test]
+    fn only_a_change_of_the_directory_wakes_the_agent() {
+        use notify::{
+            Event, EventKind,
+            event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind},
+        };
+        let changed = |kind| PolicyDir::changed_by(&Ok(Event::new(kind)));
+        assert!(!changed(EventKind::Access(AccessKind::Open(
+            AccessMode::Any
+        ))));
+        assert!(!changed(EventKind::Access(AccessKind::Read)));
+        assert!(!changed(EventKind::Access(AccessKind::Close(
+            AccessMode::Read
+        ))));
+        assert!(changed(EventKind::Access(AccessKind::Close(
+            AccessMode::Write
+        ))));
+        assert!(changed(EventKind::Create(CreateKind::File)));
+        assert!(changed(EventKind::Modify(ModifyKind::Any)));
+        assert!(changed(EventKind::Remove(RemoveKind::File)));
+        assert!(PolicyDir::changed_by(&Err(notify::Error::generic(
+            "queue overflow"
+        ))));
+    }
+
+    struct Setup {
+        base: PathBuf,
+        policies: PolicyDir,
+        kernel: FakeKernel,
+    }
+
+    impl Setup {
+        fn new(name: &str) -> Self {
+            let base = std::env::temp_dir()
+                .join(format!("palisade-agent-test-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&base);
+            std::fs::create_dir_all(base.join("policies")).unwrap();
+            std::fs::create_dir_all(base.join("cgroup/app")).unwrap();
+            std::fs::create_dir_all(base.join("cgroup/other")).unwrap();
+            let cgroups = Hierarchy::at(base.join("cgroup"), Path::new("/"));
+            let host = RuleHost::new(None).unwrap();
+            let policies = PolicyDir::new(base.join("policies"), cgroups, host, Arc::default());
+            Self {
+                base,
+                policies,
+                kernel: FakeKernel::default(),
+            }
+        }
+
+        fn write(&self, file: &str, name: &str, cgroup: &str) {
+            let text = format!(
+                "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\nspec:\n  target:\n    cgroupPath: {cgroup}\n  mode: RuntimeDefault\n"
+            );
+            std::fs::write(self.base.join("policies").join(file), text).unwrap();
+        }
+
+        fn reconcile(&mut self) -> Vec<String> {
+            let errors = self.policies.reconcile(&mut self.kernel);
+            // Paths differ per run: compare errors relative to the test directory.
+            errors
+                .into_iter()
+                .map(|err| err.replace(&self.base.display().to_string(), ""))
+                .collect()
+        }
+
+        fn id(&self, cgroup: &str) -> u64 {
+            self.policies.cgroups.open(cgroup).unwrap().id
+        }
+
+        fn enforced(&self, cgroup: &str) -> Option<&str> {
+            self.kernel
+                .enforced
+                .get(&self.id(cgroup))
+                .map(|policy| policy.name())
+        }
+    }
+
+    impl Drop for Setup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.base);
+        }
+    }
+
+    #[test]
+    fn follows_added_replaced_and_removed_files() {
+        let mut setup = Setup::new("follow");
+        setup.write("app.yaml", "v1", "app");
+        std::fs::write(setup.base.join("policies/notes.txt"), "not a policy").unwrap();
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.enforced("app"), Some("v1"));
+        setup.write("app.yaml", "v2", "app");
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.enforced("app"), Some("v2"));
+        // Moving the policy to another target releases the first.
+        setup.write("app.yaml", "v3", "other");
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.enforced("app"), None);
+        assert_eq!(setup.enforced("other"), Some("v3"));
+        std::fs::remove_file(setup.base.join("policies/app.yaml")).unwrap();
+        assert!(setup.reconcile().is_empty());
+        assert!(setup.kernel.enforced.is_empty());
+    }
+
+    #[test]
+    fn a_broken_file_keeps_its_previous_version() {
+        let mut setup = Setup::new("broken");
+        setup.write("app.yaml", "v1", "app");
+        setup.reconcile();
+        std::fs::write(setup.base.join("policies/app.yaml"), "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata: {name: v2}\nspec: {mode: AlwaysAllow, rulez: []}\n").unwrap();
+        assert_eq!(
+            setup.reconcile(),
+            [
+                "/policies/app.yaml: spec: unknown field `rulez`, expected one of `target`, `mode`, `enhanceProtect`, `ruleModules` at line 4 column 27; the previous version stays enforced"
+            ]
+        );
+        assert_eq!(setup.enforced("app"), Some("v1"));
+    }
+
+    #[test]
+    fn a_missing_target_or_a_taken_one_is_not_enforced() {
+        let mut setup = Setup::new("targets");
+        setup.write("a.yaml", "a", "app");
+        setup.write("b.yaml", "b", "app");
+        setup.write("c.yaml", "c", "gone/deeper");
+        assert_eq!(
+            setup.reconcile(),
+            [
+                "/policies/b.yaml: spec.target.cgroupPath: /cgroup/app already has a policy, from /policies/a.yaml; not enforced",
+                "/policies/c.yaml: spec.target.cgroupPath: cgroup /cgroup/gone/deeper does not exist; not enforced",
+            ]
+        );
+        assert_eq!(setup.enforced("app"), Some("a"));
+    }
+
+    #[test]
+    fn a_target_not_created_yet_is_armed_then_enforced() {
+        let mut setup = Setup::new("later");
+        setup.write("late.yaml", "late", "app/late");
+        assert!(setup.reconcile().is_empty());
+        let staged = (setup.id("app"), "late".to_owned());
+        assert_eq!(
+            setup.kernel.staged.get(&staged).map(|policy| policy.name()),
+            Some("late")
+        );
+        assert!(setup.policies.all_enforced());
+        std::fs::create_dir(setup.base.join("cgroup/app/late")).unwrap();
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.enforced("app/late"), Some("late"));
+        assert!(setup.kernel.staged.is_empty(), "armed no longer");
+        // Deleted again: armed again for the next one.
+        std::fs::remove_dir(setup.base.join("cgroup/app/late")).unwrap();
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(
+            setup.kernel.staged.get(&staged).map(|policy| policy.name()),
+            Some("late")
+        );
+        std::fs::remove_file(setup.base.join("policies/late.yaml")).unwrap();
+        assert!(setup.reconcile().is_empty());
+        assert!(setup.kernel.staged.is_empty());
+    }
+
+    #[test]
+    fn a_lasting_error_is_reported_once() {
+        let mut setup = Setup::new("once");
+        setup.write("late.yaml", "late", "nowhere/late");
+        assert_eq!(
+            setup.reconcile(),
+            [
+                "/policies/late.yaml: spec.target.cgroupPath: cgroup /cgroup/nowhere/late does not exist; not enforced"
+            ]
+        );
+        assert!(setup.reconcile().is_empty(), "reported once");
+        assert!(!setup.policies.all_enforced());
+    }
+
+    #[test]
+    fn a_kernel_error_keeps_the_previous_version() {
+        let mut setup = Setup::new("kernel-error");
+        setup.write("app.yaml", "v1", "app");
+        setup.reconcile();
+        setup.kernel.fail = true;
+        setup.write("app.yaml", "v2", "app");
+        let errors = setup.reconcile();
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with("/policies/app.yaml: (kernel): cannot install: "),
+            "{errors:?}"
+        );
+        assert!(errors[0].ends_with("; the previous version stays enforced"));
+        assert_eq!(setup.enforced("app"), Some("v1"));
+        // Once the kernel accepts it, the retry happens at the next reconcile.
+        setup.kernel.fail = false;
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.enforced("app"), Some("v2"));
+    }
+}
