@@ -73,14 +73,14 @@ impl PolicyDir {
         let policy = crate::policy::Policy::parse(file, text)?;
         let compiled = crate::rules::compile_policy(
             &self.rule_host,
-            file,
+            &file.display(),
             &self.dir,
             &policy,
             &self.environment,
         )?;
         let Some(target) = &policy.spec.target else {
             return Err(PolicyError::new(
-                file,
+                file.display(),
                 "spec.target",
                 "required by the agent",
             ));
@@ -94,13 +94,14 @@ impl PolicyDir {
         } = target
         else {
             return Err(PolicyError::new(
-                file,
+                file.display(),
                 "spec.target",
                 "a policy file names a cgroupPath (kind, names and selectors choose pods in Kubernetes)",
             ));
         };
-        let placement = Placement::locate(&self.cgroups, cgroup_path)
-            .map_err(|err| PolicyError::new(file, "spec.target.cgroupPath", err.to_string()))?;
+        let placement = Placement::locate(&self.cgroups, cgroup_path).map_err(|err| {
+            PolicyError::new(file.display(), "spec.target.cgroupPath", err.to_string())
+        })?;
         Ok((compiled, placement))
     }
 
@@ -152,8 +153,9 @@ impl PolicyDir {
     }
 
     fn sync_file(&mut self, enforcer: &mut impl Enforce, file: &Path) -> Result<(), PolicyError> {
-        let text = std::fs::read_to_string(file)
-            .map_err(|err| PolicyError::new(file, "(file)", format!("cannot read: {err}")))?;
+        let text = std::fs::read_to_string(file).map_err(|err| {
+            PolicyError::new(file.display(), "(file)", format!("cannot read: {err}"))
+        })?;
         // Unchanged, and its target neither created nor recreated since.
         let up_to_date = self.enforced.get(file).is_some_and(|enforced| {
             enforced.version == text && enforced.placement.is_current(&self.cgroups)
@@ -186,7 +188,7 @@ impl PolicyDir {
             .find(|(other, enforced)| *other != file && enforced.placement == placement)
         {
             return Err(PolicyError::new(
-                file,
+                file.display(),
                 "spec.target.cgroupPath",
                 format!(
                     "{} already has a policy, from {}",
@@ -203,7 +205,9 @@ impl PolicyDir {
         };
         self.enforced
             .install(file.to_owned(), entry, enforcer)
-            .map_err(|err| PolicyError::new(file, "(kernel)", format!("cannot install: {err}")))?;
+            .map_err(|err| {
+                PolicyError::new(file.display(), "(kernel)", format!("cannot install: {err}"))
+            })?;
         if let Some(latency) = std::fs::metadata(file)
             .and_then(|metadata| metadata.modified())
             .ok()

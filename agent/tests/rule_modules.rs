@@ -71,7 +71,7 @@ fn compile(host: &RuleHost, spec: &str) -> Result<CompiledPolicy, PolicyError> {
         kube_apiserver: vec!["10.96.0.1".to_owned()],
         ..Environment::default()
     };
-    compile_policy(host, &file, &scratch(), &policy, &env)
+    compile_policy(host, &file.display(), &scratch(), &policy, &env)
 }
 
 /// Compiles the built-in rules `lists` (list name, rules) natively, and the same rules through

@@ -121,7 +121,7 @@ mod tests {
                     customRules:\n      files:\n        - name: secrets\n          paths: [/srv/]\n          \
                     permissions: [read]\n          action: deny\n";
         let policy = Policy::parse(file, text).unwrap();
-        let compiled = compile(file, &policy, &Environment::default(), &[]).unwrap();
+        let compiled = compile(&file.display(), &policy, &Environment::default(), &[]).unwrap();
         let target = Cgroup {
             path: "/sys/fs/cgroup/app".into(),
             id: 7,

@@ -22,7 +22,7 @@ pub fn load_and_compile(
     let policy = Policy::load(file)?;
     let compiled = compile_policy(
         host,
-        file,
+        &file.display(),
         file.parent().unwrap_or(Path::new(".")),
         &policy,
         &Environment::from_process(),

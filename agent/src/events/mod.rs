@@ -427,7 +427,8 @@ mod tests {
                  spec:\n  mode: AlwaysAllow\n"
             );
             let policy = crate::policy::Policy::parse(file, &text).unwrap();
-            let compiled = crate::policy::compile(file, &policy, &Default::default(), &[]).unwrap();
+            let compiled =
+                crate::policy::compile(&file.display(), &policy, &Default::default(), &[]).unwrap();
             let target = crate::targets::Cgroup {
                 path: format!("/sys/fs/cgroup/{name}").into(),
                 id,

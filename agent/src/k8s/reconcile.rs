@@ -5,7 +5,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     os::unix::fs::MetadataExt,
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::Arc,
 };
 
@@ -212,8 +212,8 @@ impl Reconciler {
     }
 
     fn compile(&self, policy: &PolicyObject) -> Result<Arc<CompiledPolicy>, String> {
-        let source = policy.key.to_string();
-        let as_file = Policy {
+        // The object in the policy model: named as in metrics and events.
+        let model = Policy {
             api_version: palisade_crds::API_VERSION.to_owned(),
             kind: policy.key.kind().to_owned(),
             metadata: crate::policy::Metadata {
@@ -223,9 +223,9 @@ impl Reconciler {
         };
         crate::rules::compile_policy(
             &self.rule_host,
-            Path::new(&source),
+            &policy.key,
             &self.modules,
-            &as_file,
+            &model,
             &self.environment,
         )
         .map(Arc::new)

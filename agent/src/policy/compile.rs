@@ -2,7 +2,7 @@
 //! in the result. Lowering (`lower`) turns the spec into rules and finds every error; encoding
 //! (`encode`) turns the rules into map entries.
 
-use std::path::Path;
+use std::fmt::Display;
 
 use super::{
     Action, CustomRules, OnFailure, Policy, PolicyError,
@@ -70,14 +70,14 @@ impl CompiledPolicy {
     }
 }
 
-/// Compiles a parsed policy. `file` only names the source in errors.
+/// Compiles a parsed policy. `source` (a file, a custom resource) only names it in errors.
 pub fn compile(
-    file: &Path,
+    source: &dyn Display,
     policy: &Policy,
     env: &Environment,
     modules: &[CustomRules],
 ) -> Result<CompiledPolicy, PolicyError> {
-    let rules = lower(file, policy, env, modules)?;
+    let rules = lower(source, policy, env, modules)?;
     let entries = encode(&rules, Violations::of(policy));
     let deciders = policy
         .spec
@@ -116,7 +116,7 @@ pub(super) mod testing {
     pub fn parse(text: &str) -> Result<CompiledPolicy, PolicyError> {
         let file = Path::new("p.yaml");
         compile(
-            file,
+            &file.display(),
             &Policy::parse(file, text)?,
             &Environment::default(),
             &[],

@@ -2,7 +2,7 @@
 //! become one list of rules, each a name, an action and checked effects (see `effect`). Every
 //! `PolicyError` a valid YAML document can cause is found here, named by its field.
 
-use std::path::Path;
+use std::fmt::Display;
 
 use palisade_common::{FS_TYPE_LEN, MAX_GLOBS};
 
@@ -47,17 +47,17 @@ impl Violations {
 /// The rules a policy stands for, in rule id order: its mode's and lists', then the kernel rules
 /// of its rule modules (`modules[i]` compiled by `spec.ruleModules[i]`).
 pub(super) fn lower(
-    file: &Path,
+    source: &dyn Display,
     policy: &Policy,
     env: &Environment,
     modules: &[CustomRules],
 ) -> Result<Vec<Rule>, PolicyError> {
-    let mut rules = listed_rules(file, policy, env)?;
+    let mut rules = listed_rules(source, policy, env)?;
     if policy.spec.mode != Mode::AlwaysAllow {
         for (index, (module, custom)) in policy.spec.rule_modules.iter().zip(modules).enumerate() {
             let base = format!("spec.ruleModules[{index}] ({})", module.name);
             custom_rules(
-                file,
+                source,
                 custom,
                 &base,
                 &format!("{}/", module.name),
@@ -71,18 +71,18 @@ pub(super) fn lower(
             .any(|earlier| earlier.name == rule.name)
         {
             return Err(PolicyError::new(
-                file,
+                source,
                 &rule.field,
                 format!("duplicate rule name \"{}\"", rule.name),
             ));
         }
     }
-    check_globs(file, &rules)?;
+    check_globs(source, &rules)?;
     Ok(rules)
 }
 
 /// The tries' glob masks have a bit for each of a policy's `**` patterns.
-fn check_globs(file: &Path, rules: &[Rule]) -> Result<(), PolicyError> {
+fn check_globs(source: &dyn Display, rules: &[Rule]) -> Result<(), PolicyError> {
     let mut globs = 0;
     for rule in rules {
         for effect in &rule.effects {
@@ -95,7 +95,7 @@ fn check_globs(file: &Path, rules: &[Rule]) -> Result<(), PolicyError> {
                 }
                 if globs == MAX_GLOBS {
                     return Err(PolicyError::new(
-                        file,
+                        source,
                         format!("{}.paths[{index}]", rule.field),
                         format!(
                             "a policy may hold at most {MAX_GLOBS} \"**\" patterns, built-in \
@@ -111,7 +111,11 @@ fn check_globs(file: &Path, rules: &[Rule]) -> Result<(), PolicyError> {
 }
 
 /// The rules a policy's mode and lists stand for.
-fn listed_rules(file: &Path, policy: &Policy, env: &Environment) -> Result<Vec<Rule>, PolicyError> {
+fn listed_rules(
+    source: &dyn Display,
+    policy: &Policy,
+    env: &Environment,
+) -> Result<Vec<Rule>, PolicyError> {
     let runtime_default = || Rule {
         field: "spec.mode".to_owned(),
         name: "runtime-default".to_owned(),
@@ -122,7 +126,7 @@ fn listed_rules(file: &Path, policy: &Policy, env: &Environment) -> Result<Vec<R
         (Mode::EnhanceProtect, enhance) => enhance.clone().unwrap_or_default(),
         (mode, Some(_)) => {
             return Err(PolicyError::new(
-                file,
+                source,
                 ENHANCE_PROTECT,
                 format!("only allowed with mode EnhanceProtect, not {mode:?}"),
             ));
@@ -144,7 +148,7 @@ fn listed_rules(file: &Path, policy: &Policy, env: &Environment) -> Result<Vec<R
         for (index, rule) in list.iter().enumerate() {
             let field = format!("{ENHANCE_PROTECT}.{}[{index}]", category.field());
             let name = rule.as_str();
-            let error = |reason: String| PolicyError::new(file, &field, reason);
+            let error = |reason: String| PolicyError::new(source, &field, reason);
             let effects = match catalog::effects(name, env) {
                 None => {
                     let hint = catalog::closest(name)
@@ -178,7 +182,7 @@ fn listed_rules(file: &Path, policy: &Policy, env: &Environment) -> Result<Vec<R
     for (index, name) in enhance.audit_rules.iter().enumerate() {
         if !lists.iter().any(|(_, list)| list.contains(name)) {
             return Err(PolicyError::new(
-                file,
+                source,
                 format!("{ENHANCE_PROTECT}.auditRules[{index}]"),
                 format!(
                     "\"{name}\" is not listed in hardeningRules, attackProtectionRules or vulMitigationRules"
@@ -187,13 +191,13 @@ fn listed_rules(file: &Path, policy: &Policy, env: &Environment) -> Result<Vec<R
         }
     }
     let base = format!("{ENHANCE_PROTECT}.customRules");
-    custom_rules(file, &enhance.custom_rules, &base, "", &mut rules)?;
+    custom_rules(source, &enhance.custom_rules, &base, "", &mut rules)?;
     Ok(rules)
 }
 
 /// Parses each of `items` (found at `field[i]`), or names the first that does not parse.
 fn parse_each<T, U>(
-    file: &Path,
+    source: &dyn Display,
     field: &str,
     items: &[T],
     parse: impl Fn(&T) -> Result<U, String>,
@@ -203,29 +207,37 @@ fn parse_each<T, U>(
         .enumerate()
         .map(|(index, item)| {
             parse(item)
-                .map_err(|reason| PolicyError::new(file, format!("{field}[{index}]"), reason))
+                .map_err(|reason| PolicyError::new(source, format!("{field}[{index}]"), reason))
         })
         .collect()
 }
 
 /// The patterns of a file or exec rule found at `field`.
-fn path_patterns(file: &Path, field: &str, paths: &[String]) -> Result<Vec<Pattern>, PolicyError> {
+fn path_patterns(
+    source: &dyn Display,
+    field: &str,
+    paths: &[String],
+) -> Result<Vec<Pattern>, PolicyError> {
     if paths.is_empty() {
         return Err(PolicyError::new(
-            file,
+            source,
             format!("{field}.paths"),
             "must list at least one path",
         ));
     }
-    parse_each(file, &format!("{field}.paths"), paths, |path| {
+    parse_each(source, &format!("{field}.paths"), paths, |path| {
         Pattern::parse(path)
     })
 }
 
 /// The effect of a network rule found at `field`.
-fn network_effect(file: &Path, field: &str, rule: &NetworkRule) -> Result<Effect, PolicyError> {
+fn network_effect(
+    source: &dyn Display,
+    field: &str,
+    rule: &NetworkRule,
+) -> Result<Effect, PolicyError> {
     let ranges = parse_each(
-        file,
+        source,
         &format!("{field}.ports"),
         &rule.ports,
         |port| match port {
@@ -235,7 +247,7 @@ fn network_effect(file: &Path, field: &str, rule: &NetworkRule) -> Result<Effect
         },
     )?;
     let blocks = parse_each(
-        file,
+        source,
         &format!("{field}.addresses"),
         &rule.addresses,
         |address| AddressBlock::parse(address),
@@ -246,14 +258,14 @@ fn network_effect(file: &Path, field: &str, rule: &NetworkRule) -> Result<Effect
         .sum();
     if port_count > MAX_PORTS_PER_RULE {
         return Err(PolicyError::new(
-            file,
+            source,
             format!("{field}.ports"),
             format!("may cover at most {MAX_PORTS_PER_RULE} ports, not {port_count}"),
         ));
     }
     if !ranges.is_empty() && rule.protocols.contains(&Protocol::Icmp) {
         return Err(PolicyError::new(
-            file,
+            source,
             format!("{field}.ports"),
             "ICMP has no ports",
         ));
@@ -274,12 +286,16 @@ fn network_effect(file: &Path, field: &str, rule: &NetworkRule) -> Result<Effect
 }
 
 /// The effect of a mount rule found at `field`: every mount, or mounts of the types it lists.
-fn mount_effect(file: &Path, field: &str, fs_types: &[String]) -> Result<Effect, PolicyError> {
+fn mount_effect(
+    source: &dyn Display,
+    field: &str,
+    fs_types: &[String],
+) -> Result<Effect, PolicyError> {
     if fs_types.is_empty() {
         return Ok(Effect::Switch(Switch::Mount));
     }
     let longest = FS_TYPE_LEN as usize - 1;
-    parse_each(file, &format!("{field}.fsTypes"), fs_types, |fs_type| {
+    parse_each(source, &format!("{field}.fsTypes"), fs_types, |fs_type| {
         if fs_type.is_empty() || fs_type.len() > longest {
             return Err(format!(
                 "\"{fs_type}\" is not a file system type (1 to {longest} bytes)"
@@ -292,7 +308,11 @@ fn mount_effect(file: &Path, field: &str, fs_types: &[String]) -> Result<Effect,
 
 /// The capability mask of a capability rule found at `field`: every capability named, less
 /// those named with a leading "-".
-fn capability_mask(file: &Path, field: &str, names: &[String]) -> Result<u64, PolicyError> {
+fn capability_mask(
+    source: &dyn Display,
+    field: &str,
+    names: &[String],
+) -> Result<u64, PolicyError> {
     let (mut included, mut excluded) = (0u64, 0u64);
     for (index, name) in names.iter().enumerate() {
         let (set, name) = match name.strip_prefix('-') {
@@ -304,7 +324,7 @@ fn capability_mask(file: &Path, field: &str, names: &[String]) -> Result<u64, Po
             name => {
                 1 << catalog::capability(name).ok_or_else(|| {
                     PolicyError::new(
-                        file,
+                        source,
                         format!("{field}.capabilities[{index}]"),
                         format!("unknown capability \"{name}\""),
                     )
@@ -315,7 +335,7 @@ fn capability_mask(file: &Path, field: &str, names: &[String]) -> Result<u64, Po
     let mask = included & !excluded;
     if mask == 0 {
         return Err(PolicyError::new(
-            file,
+            source,
             format!("{field}.capabilities"),
             "must list at least one capability",
         ));
@@ -325,7 +345,7 @@ fn capability_mask(file: &Path, field: &str, names: &[String]) -> Result<u64, Po
 
 /// Adds the rules of `custom`, found at the field `base`, their names prefixed with `prefix`.
 fn custom_rules(
-    file: &Path,
+    source: &dyn Display,
     custom: &CustomRules,
     base: &str,
     prefix: &str,
@@ -348,13 +368,13 @@ fn custom_rules(
         let field = field("files", index);
         if rule.permissions.is_empty() {
             return Err(PolicyError::new(
-                file,
+                source,
                 format!("{field}.permissions"),
                 "must list at least one permission",
             ));
         }
         let effect = Effect::Paths {
-            patterns: path_patterns(file, &field, &rule.paths)?,
+            patterns: path_patterns(source, &field, &rule.paths)?,
             perms: kernel_perms(&rule.permissions),
         };
         push(field, "files", index, &rule.name, rule.action, effect);
@@ -362,24 +382,24 @@ fn custom_rules(
     for (index, rule) in custom.exec.iter().enumerate() {
         let field = field("exec", index);
         let effect = Effect::Paths {
-            patterns: path_patterns(file, &field, &rule.paths)?,
+            patterns: path_patterns(source, &field, &rule.paths)?,
             perms: EXEC_RULE_PERMS,
         };
         push(field, "exec", index, &rule.name, rule.action, effect);
     }
     for (index, rule) in custom.network.iter().enumerate() {
         let field = field("network", index);
-        let effect = network_effect(file, &field, rule)?;
+        let effect = network_effect(source, &field, rule)?;
         push(field, "network", index, &rule.name, rule.action, effect);
     }
     for (index, rule) in custom.mount.iter().enumerate() {
         let field = field("mount", index);
-        let effect = mount_effect(file, &field, &rule.fs_types)?;
+        let effect = mount_effect(source, &field, &rule.fs_types)?;
         push(field, "mount", index, &rule.name, rule.action, effect);
     }
     for (index, rule) in custom.capabilities.iter().enumerate() {
         let field = field("capabilities", index);
-        let mask = capability_mask(file, &field, &rule.capabilities)?;
+        let mask = capability_mask(source, &field, &rule.capabilities)?;
         let effect = Effect::Capabilities(mask);
         push(
             field,
@@ -395,7 +415,7 @@ fn custom_rules(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
+    use std::{collections::HashMap, path::Path};
 
     use super::*;
     use crate::policy::{
@@ -519,7 +539,7 @@ mod tests {
             ..Environment::default()
         };
         let policy = compile(
-            file,
+            &file.display(),
             &Policy::parse(file, &with_spec(&spec)).unwrap(),
             &env,
             &[],

@@ -11,8 +11,6 @@ mod pattern;
 mod permission;
 mod replay;
 
-use std::path::Path;
-
 pub use catalog::{CAPABILITIES, Environment};
 pub use compile::{CompiledPolicy, Decider, RuleInfo, compile};
 pub use effect::AddressBlock;
@@ -26,20 +24,24 @@ pub use pattern::Pattern;
 pub use permission::{PERMISSION_NAMES, permission_bit, permission_names};
 pub use replay::decide_event;
 
-/// A policy that cannot be used, and why: the file, the field (a path such as
-/// `spec.enhanceProtect.customRules.files[0].paths[1]`) and the reason.
+/// A policy that cannot be used, and why: where it came from, the field (a path such as `spec.enhanceProtect.customRules.files[0].paths[1]`) and the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}: {field}: {reason}")]
+#[error("{origin}: {field}: {reason}")]
 pub struct PolicyError {
-    pub file: String,
+    /// Where the policy came from: a file, a custom resource.
+    pub origin: String,
     pub field: String,
     pub reason: String,
 }
 
 impl PolicyError {
-    pub fn new(file: &Path, field: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub fn new(
+        source: impl std::fmt::Display,
+        field: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
         Self {
-            file: file.display().to_string(),
+            origin: source.to_string(),
             field: field.into(),
             reason: reason.into(),
         }

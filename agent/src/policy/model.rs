@@ -36,10 +36,10 @@ impl Policy {
             // key, the map that holds it): use that as the field, and say it once.
             match message.split_once(": ") {
                 Some((field, reason)) if path.starts_with(field) => {
-                    PolicyError::new(file, field, reason)
+                    PolicyError::new(file.display(), field, reason)
                 }
                 _ => PolicyError::new(
-                    file,
+                    file.display(),
                     if path == "." { "(document)" } else { &path },
                     message,
                 ),
@@ -47,27 +47,32 @@ impl Policy {
         })?;
         if policy.api_version != API_VERSION {
             return Err(PolicyError::new(
-                file,
+                file.display(),
                 "apiVersion",
                 format!("expected \"{API_VERSION}\", got \"{}\"", policy.api_version),
             ));
         }
         if policy.kind != KIND {
             return Err(PolicyError::new(
-                file,
+                file.display(),
                 "kind",
                 format!("expected \"{KIND}\", got \"{}\"", policy.kind),
             ));
         }
         if policy.metadata.name.is_empty() {
-            return Err(PolicyError::new(file, "metadata.name", "must not be empty"));
+            return Err(PolicyError::new(
+                file.display(),
+                "metadata.name",
+                "must not be empty",
+            ));
         }
         Ok(policy)
     }
 
     pub fn load(file: &Path) -> Result<Self, PolicyError> {
-        let text = std::fs::read_to_string(file)
-            .map_err(|err| PolicyError::new(file, "(file)", format!("cannot read: {err}")))?;
+        let text = std::fs::read_to_string(file).map_err(|err| {
+            PolicyError::new(file.display(), "(file)", format!("cannot read: {err}"))
+        })?;
         Self::parse(file, &text)
     }
 }

@@ -17,7 +17,7 @@ pub use abi::{
 pub use build::build;
 pub use host::{FailureKind, Inspection, LoadedModule, ModuleError, ModuleInstance, RuleHost};
 
-use std::path::Path;
+use std::{fmt::Display, path::Path};
 
 use crate::policy::{
     self, CapabilityRule, CompiledPolicy, CustomRules, Environment, ExecRule, MountRule,
@@ -28,7 +28,7 @@ use crate::policy::{
 /// modules, which `host` loads from `modules` (a policy file's directory) and runs.
 pub fn compile_policy(
     host: &RuleHost,
-    source: &Path,
+    source: &dyn Display,
     modules: &Path,
     policy: &Policy,
     env: &Environment,
@@ -47,7 +47,7 @@ pub fn compile_policy(
 /// written in a policy). Module files are found relative to `dir`.
 fn compile_modules(
     host: &RuleHost,
-    file: &Path,
+    source: &dyn Display,
     dir: &Path,
     policy: &Policy,
     context: &Context,
@@ -59,7 +59,7 @@ fn compile_modules(
         .enumerate()
         .map(|(index, module)| {
             let field = format!("spec.ruleModules[{index}] ({})", module.name);
-            let error = |reason: String| PolicyError::new(file, &field, reason);
+            let error = |reason: String| PolicyError::new(source, &field, reason);
             let loaded = host
                 .load(&dir.join(&module.module), &module.sha256)
                 .map_err(|err| error(err.to_string()))?;

@@ -255,7 +255,7 @@ mod tests {
                     node: "bench".to_owned(),
                 };
                 Policy::parse(file, &text)
-                    .and_then(|policy| compile(file, &policy, &environment, &[]))
+                    .and_then(|policy| compile(&file.display(), &policy, &environment, &[]))
                     .unwrap_or_else(|err| panic!("{state}: {err}"));
                 true
             })

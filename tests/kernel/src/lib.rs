@@ -66,7 +66,7 @@ pub fn policy_with_spec(name: &str, spec: &str) -> Arc<CompiledPolicy> {
         kube_apiserver: vec![KUBE_APISERVER.to_owned()],
         node: "palisade-vm".to_owned(),
     };
-    Arc::new(compile(file, &parsed, &env, &[]).unwrap_or_else(|err| panic!("{err}")))
+    Arc::new(compile(&file.display(), &parsed, &env, &[]).unwrap_or_else(|err| panic!("{err}")))
 }
 
 /// Compiles a policy with only `customRules` (YAML, indented by four spaces), whose denials
