@@ -11,7 +11,9 @@ kubeconform_version=v0.8.0
 
 bin=${PALISADE_KUBE_BIN:-$HOME/.cache/palisade/kube/bin}
 mkdir -p "$bin"
-export PATH=/usr/local/go/bin:$PATH CGO_ENABLED=0
+# A Go from go.dev, or Debian's (scripts/install.sh), which fetches the toolchain each module
+# asks for.
+export PATH=/usr/local/go/bin:$PATH CGO_ENABLED=0 GOTOOLCHAIN=auto
 # The build cache of kube-apiserver alone is ~2 GB and is of no use once the binary exists.
 GOCACHE=$(mktemp -d)
 export GOCACHE

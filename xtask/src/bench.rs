@@ -12,7 +12,7 @@ use anyhow::{Context, ensure};
 
 use crate::{build, kernels, results, vm};
 
-/// The workloads' programs, from Debian's packages (scripts/install.sh installs them).
+/// The workloads' programs, from Debian's packages (`scripts/install.sh --bench` installs them).
 const WORKLOADS: &[(&str, &str)] = &[
     ("redis-server", "/usr/bin/redis-server"),
     ("redis-benchmark", "/usr/bin/redis-benchmark"),
@@ -67,19 +67,18 @@ fn run_in_vm(
     command: &str,
     timeout: Duration,
 ) -> anyhow::Result<Vec<PathBuf>> {
+    if WORKLOADS.iter().any(|(_, path)| !Path::new(path).exists()) {
+        let install = crate::workspace().join("scripts/install.sh");
+        let status = Command::new(&install).arg("--bench").status()?;
+        ensure!(status.success(), "{} --bench failed", install.display());
+    }
     let (palisade, kernel_bench) = build::bench_binaries(release)?;
     let dir = vm::work_dir("bench")?;
     let mut binaries = vec![
         ("palisade", palisade.as_path()),
         ("kernel-bench", kernel_bench.as_path()),
     ];
-    for (name, path) in WORKLOADS {
-        ensure!(
-            Path::new(path).exists(),
-            "{path} is missing: scripts/install.sh installs the workloads"
-        );
-        binaries.push((name, Path::new(path)));
-    }
+    binaries.extend(WORKLOADS.iter().map(|(name, path)| (*name, Path::new(path))));
     let mut files = build::rule_modules(&palisade, &dir)?;
     // nginx looks its user up even when it stays root.
     for (name, text) in [
