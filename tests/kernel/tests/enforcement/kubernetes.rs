@@ -224,7 +224,7 @@ async fn end_to_end() {
     // A pod scheduled after the policy: armed before the kubelet makes its cgroup, so its very
     // first process is confined.
     let late = pod(&client, &ns, "web-late", &node.name, &[("app", "web")]).await;
-    let armed = format!("pod={ns}/web-late");
+    let armed = format!("subject=pod {ns}/web-late");
     eventually("the late pod armed", async || {
         let log = agent.log();
         let line = log.lines().find(|line| line.contains(&armed))?;
