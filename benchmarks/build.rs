@@ -15,7 +15,7 @@ fn main() {
         .arg("-o")
         .arg(&out)
         .status()
-        .unwrap_or_else(|err| panic!("running {clang}: {err} (install it: see README)"));
+        .unwrap_or_else(|err| panic!("running {clang}: {err} (scripts/install.sh installs it)"));
     assert!(
         status.success(),
         "{clang} failed to compile {}",
