@@ -78,7 +78,11 @@ fn run_in_vm(
         ("palisade", palisade.as_path()),
         ("kernel-bench", kernel_bench.as_path()),
     ];
-    binaries.extend(WORKLOADS.iter().map(|(name, path)| (*name, Path::new(path))));
+    binaries.extend(
+        WORKLOADS
+            .iter()
+            .map(|(name, path)| (*name, Path::new(path))),
+    );
     let mut files = build::rule_modules(&palisade, &dir)?;
     // nginx looks its user up even when it stays root.
     for (name, text) in [
