@@ -197,9 +197,10 @@ impl Encoder {
                 ports,
                 protocols,
             } => {
+                let (ports, blocks) = (or_any(ports, 0), or_any(blocks, AddressBlock::ALL));
                 for protocol in or_any(protocols, 0) {
-                    for port in or_any(ports, 0) {
-                        for block in or_any(blocks, AddressBlock::ALL) {
+                    for &port in &ports {
+                        for &block in &blocks {
                             let entry = self.network.entry((protocol, port, block));
                             merge_verdict(entry.or_default(), verdict);
                         }
