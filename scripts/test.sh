@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, unit tests on this machine, the Kubernetes suite
-# against a real API server, then the privileged kernel suite inside QEMU on Debian's 6.1 and
-# 6.12 kernels, and a smoke run of the kernel benchmarks. Installs what it needs first.
+# The whole test suite: formatting, lints, unit tests on this machine, the agent's image, the
+# Kubernetes suite against a real API server, then the privileged kernel suite inside QEMU on
+# Debian's 6.1 and 6.12 kernels, and a smoke run of the kernel benchmarks. Installs what it needs
+# first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +19,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/palisade/target}"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --locked
+# The agent's image: built twice (one digest), unpacked by umoci, run in a chroot.
+cargo xtask image-test
 wait "$kube_tools" || { cat "$kube_tools_log"; echo "scripts/kube-tools.sh failed" >&2; exit 1; }
 cargo xtask kube-test
 cargo xtask vm-test --kernel 6.1 --kernel 6.12

@@ -95,41 +95,75 @@ pub fn bench_binaries(release: bool) -> anyhow::Result<(PathBuf, PathBuf)> {
     Ok((find("palisade")?, find("kernel-bench")?))
 }
 
-/// The rule modules the kernel tests use, built by `palisade rules build` into `dir`: (file,
-/// path in the image).
+/// The agent, optimised as users run it.
+pub fn agent_release() -> anyhow::Result<PathBuf> {
+    cargo_executables(&[
+        "build",
+        "--release",
+        "--package",
+        "palisade-agent",
+        "--bin",
+        "palisade",
+    ])?
+    .into_iter()
+    .find(|(name, _, _)| name == "palisade")
+    .map(|(_, _, path)| path)
+    .context("cargo built no `palisade`")
+}
+
+/// The rule modules the kernel tests and benchmarks use, built into `dir`: (file, path in the
+/// initramfs).
 pub fn rule_modules(palisade: &Path, dir: &Path) -> anyhow::Result<Vec<(PathBuf, String)>> {
-    let workspace = crate::workspace();
-    [
+    let crates = [
         "rules/examples/protect-files",
         "rules/examples/egress",
         "tests/rules/misbehaving",
-    ]
-    .iter()
-    .map(|crate_dir| {
-        let name = Path::new(crate_dir)
-            .file_name()
-            .expect("a crate directory")
-            .to_string_lossy();
-        let out = dir.join(format!("{name}.wasm"));
-        let status = Command::new(palisade)
-            .args(["rules", "build"])
-            .arg(workspace.join(crate_dir))
-            .arg("--out")
-            .arg(&out)
-            .stdout(Stdio::null())
-            .status()
-            .context("running palisade rules build")?;
-        ensure!(
-            status.success(),
-            "building the rule module {crate_dir} failed"
-        );
-        Ok((out, format!("/palisade/rules/{name}.wasm")))
-    })
-    .collect()
+    ];
+    Ok(build_rule_modules(palisade, &crates, dir)?
+        .into_iter()
+        .map(|module| {
+            let name = module.file_name().expect("a file").to_string_lossy();
+            let path = format!("/palisade/rules/{name}");
+            (module, path)
+        })
+        .collect())
+}
+
+/// Builds each rule module crate (a directory in the workspace) with `palisade rules build` into
+/// `dir`, named after its directory: `dir/NAME.wasm`.
+pub fn build_rule_modules(
+    palisade: &Path,
+    crates: &[&str],
+    dir: &Path,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let workspace = crate::workspace();
+    crates
+        .iter()
+        .map(|crate_dir| {
+            let name = Path::new(crate_dir)
+                .file_name()
+                .expect("a crate directory")
+                .to_string_lossy();
+            let out = dir.join(format!("{name}.wasm"));
+            let status = Command::new(palisade)
+                .args(["rules", "build"])
+                .arg(workspace.join(crate_dir))
+                .arg("--out")
+                .arg(&out)
+                .stdout(Stdio::null())
+                .status()
+                .context("running palisade rules build")?;
+            ensure!(
+                status.success(),
+                "building the rule module {crate_dir} failed"
+            );
+            Ok(out)
+        })
+        .collect()
 }
 
 /// The shared libraries a dynamically linked binary needs, as `ldd` resolves them here.
-fn shared_libraries(binary: &Path) -> anyhow::Result<BTreeSet<PathBuf>> {
+pub fn shared_libraries(binary: &Path) -> anyhow::Result<BTreeSet<PathBuf>> {
     let out = Command::new("ldd")
         .arg(binary)
         .output()

@@ -1,33 +1,11 @@
 //! Debian kernel packages: resolved by series at run time (package versions move), downloaded
 //! with apt and cached outside the clone.
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-};
+use std::{path::PathBuf, process::Command};
 
-use anyhow::{Context, ensure};
+use anyhow::Context;
 
-pub fn cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
-        });
-    base.join("palisade")
-}
-
-fn output(command: &mut Command) -> anyhow::Result<String> {
-    let out = command
-        .output()
-        .with_context(|| format!("running {command:?}"))?;
-    ensure!(
-        out.status.success(),
-        "{command:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?)
-}
+use crate::debian::{cache_dir, download, output};
 
 /// The image package of the newest `linux-image-amd64` of `series` (e.g. "6.12") apt knows.
 fn resolve(series: &str) -> anyhow::Result<String> {
@@ -90,7 +68,6 @@ pub fn fetch(series: &str) -> anyhow::Result<Kernel> {
         .with_context(|| format!("{package} is not a linux-image package"))?
         .to_owned();
     let dir = cache_dir().join("kernels");
-    std::fs::create_dir_all(&dir)?;
     let kernel = Kernel {
         vmlinuz: dir.join(format!("{package}.vmlinuz")),
         modules: MODULES
@@ -105,19 +82,7 @@ pub fn fetch(series: &str) -> anyhow::Result<Kernel> {
     if kernel.vmlinuz.exists() && kernel.modules.iter().all(|module| module.exists()) {
         return Ok(kernel);
     }
-    let deb = match find_deb(&dir, &package)? {
-        Some(deb) => deb,
-        None => {
-            eprintln!("xtask: downloading {package}");
-            output(
-                Command::new("apt-get")
-                    .args(["download", &package])
-                    .current_dir(&dir),
-            )?;
-            find_deb(&dir, &package)?
-                .with_context(|| format!("apt-get download {package} left no .deb"))?
-        }
-    };
+    let deb = download(&dir, &package)?;
     let extract = dir.join(format!("{package}.extract"));
     let _ = std::fs::remove_dir_all(&extract);
     std::fs::create_dir_all(&extract)?;
@@ -150,17 +115,4 @@ pub fn fetch(series: &str) -> anyhow::Result<Kernel> {
     }
     std::fs::remove_dir_all(&extract)?;
     Ok(kernel)
-}
-
-fn find_deb(dir: &Path, package: &str) -> anyhow::Result<Option<PathBuf>> {
-    let prefix = format!("{package}_");
-    Ok(std::fs::read_dir(dir)?
-        .filter_map(Result::ok)
-        .map(|entry| entry.path())
-        .find(|path| {
-            path.extension().is_some_and(|ext| ext == "deb")
-                && path
-                    .file_name()
-                    .is_some_and(|name| name.to_string_lossy().starts_with(&prefix))
-        }))
 }

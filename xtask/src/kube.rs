@@ -13,7 +13,7 @@ use std::{
 use anyhow::{Context, bail, ensure};
 use serde_json::{Value, json};
 
-use crate::kernels::cache_dir;
+use crate::debian::cache_dir;
 
 /// The address the test VM reaches the API server at (QEMU's guestfwd relays it to loopback).
 pub const VM_ADDRESS: &str = "10.0.2.100";

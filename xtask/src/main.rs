@@ -1,9 +1,12 @@
 //! `cargo xtask vm-test` and `cargo xtask vm-demo`: prove enforcement on real Debian kernels
 //! booted under QEMU with BPF LSM enabled (this machine's own kernel refuses LSM programs).
 //! `cargo xtask kube-test`: the Kubernetes side against a real API server.
+//! `cargo xtask image`: the agent's container image, without a container engine.
 
 mod bench;
 mod build;
+mod debian;
+mod image;
 mod kernels;
 mod kube;
 mod results;
@@ -70,6 +73,16 @@ enum Command {
         #[arg(long, default_value = "6.1")]
         kernel: String,
     },
+    /// Build the agent's image (release binary, built-in rule modules) as an OCI image layout
+    /// and archive in target/image, reproducibly.
+    Image {
+        /// Only lay out the image's root filesystem in DIR (the Dockerfile's build stage).
+        #[arg(long, value_name = "DIR")]
+        rootfs: Option<PathBuf>,
+    },
+    /// Build the image twice (one digest), unpack it with umoci and run `palisade --version`
+    /// from it in a chroot.
+    ImageTest,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -92,5 +105,19 @@ fn main() -> anyhow::Result<()> {
             soak: None,
         } => bench::bench(&kernels, smoke, release),
         Command::VmDemo { kernel } => vm::demo(&kernel),
+        Command::Image { rootfs: Some(dir) } => image::rootfs(&dir),
+        Command::Image { rootfs: None } => {
+            let built = image::build()?;
+            println!(
+                "{}:{} {}\n  layout: {}\n  archive: {}",
+                image::REPOSITORY,
+                env!("CARGO_PKG_VERSION"),
+                built.digest,
+                built.layout.display(),
+                built.archive.display()
+            );
+            Ok(())
+        }
+        Command::ImageTest => image::test(),
     }
 }

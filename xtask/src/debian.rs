@@ -1,0 +1,72 @@
+//! Debian packages downloaded with apt (no dpkg install: nothing changes on the host) and cached
+//! outside the clone: the VM's kernels, and tools the tests run.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, ensure};
+
+pub fn cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
+        });
+    base.join("palisade")
+}
+
+pub fn output(command: &mut Command) -> anyhow::Result<String> {
+    let out = command
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    ensure!(
+        out.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The .deb of `package` in `dir`, downloaded on first use.
+pub fn download(dir: &Path, package: &str) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    if let Some(deb) = find_deb(dir, package)? {
+        return Ok(deb);
+    }
+    eprintln!("xtask: downloading {package}");
+    output(
+        Command::new("apt-get")
+            .args(["download", package])
+            .current_dir(dir),
+    )?;
+    find_deb(dir, package)?.with_context(|| format!("apt-get download {package} left no .deb"))
+}
+
+/// The files of `package`, unpacked on first use: the directory that stands for `/`.
+pub fn unpacked(package: &str) -> anyhow::Result<PathBuf> {
+    let deb = download(&cache_dir().join("debs"), package)?;
+    let root = deb.with_extension("root");
+    if root.exists() {
+        return Ok(root);
+    }
+    let partial = deb.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&partial);
+    output(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
+    std::fs::rename(&partial, &root)?;
+    Ok(root)
+}
+
+fn find_deb(dir: &Path, package: &str) -> anyhow::Result<Option<PathBuf>> {
+    let prefix = format!("{package}_");
+    Ok(std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .find(|path| {
+            path.extension().is_some_and(|ext| ext == "deb")
+                && path
+                    .file_name()
+                    .is_some_and(|name| name.to_string_lossy().starts_with(&prefix))
+        }))
+}
