@@ -1,8 +1,10 @@
+# syntax=docker/dockerfile:1
 # The agent's image, for machines with a container engine:
 #   docker build -t ghcr.io/palisade-dev/palisade:0.1.0 .
-# Without one, `cargo xtask image` builds the same image as an OCI archive. Both take the root
-# filesystem `cargo xtask image --rootfs` lays out: the agent, the shared libraries it links, and
-# the built-in rule modules in /usr/lib/palisade/rules; nothing else (no shell, no package manager).
+# Without one, `cargo xtask image` builds an image of the same contents as an OCI archive. Both
+# take the root filesystem `cargo xtask image --rootfs` lays out: the agent, the shared libraries
+# it links, and the built-in rule modules in /usr/lib/palisade/rules; nothing else (no shell, no
+# package manager).
 
 FROM docker.io/library/rust:1.95.0-bookworm AS build
 # clang builds the BPF programs (and is bindgen's libclang), libbpf-dev and linux-libc-dev give
@@ -12,10 +14,10 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-# rust-toolchain.toml pins the toolchain; rule modules are built for wasm32.
-RUN rustup show active-toolchain && rustup target add wasm32-unknown-unknown
+# The toolchain rust-toolchain.toml pins, with the wasm32 target of rule modules.
+RUN rustup toolchain install
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
-    --mount=type=cache,target=/src/target \
+    --mount=type=cache,target=/src/target,sharing=locked \
     cargo xtask image --rootfs /rootfs
 
 FROM scratch

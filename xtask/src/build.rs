@@ -162,8 +162,9 @@ pub fn build_rule_modules(
         .collect()
 }
 
-/// The shared libraries a dynamically linked binary needs, as `ldd` resolves them here.
-pub fn shared_libraries(binary: &Path) -> anyhow::Result<BTreeSet<PathBuf>> {
+/// The shared libraries a dynamically linked binary needs, as `ldd` resolves them here (none for
+/// a static one, for which `ldd` fails).
+fn shared_libraries(binary: &Path) -> anyhow::Result<BTreeSet<PathBuf>> {
     let out = Command::new("ldd")
         .arg(binary)
         .output()
@@ -175,14 +176,34 @@ pub fn shared_libraries(binary: &Path) -> anyhow::Result<BTreeSet<PathBuf>> {
         .collect())
 }
 
-fn copy_into(root: &Path, from: &Path, to: &str) -> anyhow::Result<()> {
+/// The path of `to` (absolute in the image) below `root`, its directory made.
+fn place(root: &Path, to: &str) -> anyhow::Result<PathBuf> {
     let target = root.join(to.trim_start_matches('/'));
     std::fs::create_dir_all(
         target
             .parent()
             .expect("paths inside the root have a parent"),
     )?;
-    std::fs::copy(from, &target).with_context(|| format!("copying {}", from.display()))?;
+    Ok(target)
+}
+
+fn copy_into(root: &Path, from: &Path, to: &str) -> anyhow::Result<()> {
+    std::fs::copy(from, place(root, to)?).with_context(|| format!("copying {}", from.display()))?;
+    Ok(())
+}
+
+/// Puts `binary`, stripped, at `to` below `root`, and the shared libraries it links where `ldd`
+/// finds them here. Without debug information, builds of the same binary strip to the same bytes.
+pub fn install_executable(root: &Path, binary: &Path, to: &str) -> anyhow::Result<()> {
+    let status = Command::new("strip")
+        .arg("-o")
+        .arg(place(root, to)?)
+        .arg(binary)
+        .status()?;
+    ensure!(status.success(), "strip {} failed", binary.display());
+    for library in shared_libraries(binary)? {
+        copy_into(root, &library, &library.to_string_lossy())?;
+    }
     Ok(())
 }
 
@@ -203,20 +224,8 @@ pub fn initramfs(
     }
     copy_into(&root, Path::new("/bin/busybox"), "/bin/busybox")
         .context("busybox-static is needed (scripts/install.sh installs it)")?;
-    let mut libraries = BTreeSet::new();
     for (name, binary) in binaries {
-        let target = root.join("palisade/bin").join(name);
-        std::fs::create_dir_all(target.parent().expect("has a parent"))?;
-        let status = Command::new("strip")
-            .arg("-o")
-            .arg(&target)
-            .arg(binary)
-            .status()?;
-        ensure!(status.success(), "strip {} failed", binary.display());
-        libraries.extend(shared_libraries(binary)?);
-    }
-    for library in libraries {
-        copy_into(&root, &library, &library.to_string_lossy())?;
+        install_executable(&root, binary, &format!("/palisade/bin/{name}"))?;
     }
     let examples = crate::workspace().join("examples");
     for entry in std::fs::read_dir(&examples)? {

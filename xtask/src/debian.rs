@@ -6,28 +6,9 @@ use std::{
     process::Command,
 };
 
-use anyhow::{Context, ensure};
+use anyhow::Context;
 
-pub fn cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
-        });
-    base.join("palisade")
-}
-
-pub fn output(command: &mut Command) -> anyhow::Result<String> {
-    let out = command
-        .output()
-        .with_context(|| format!("running {command:?}"))?;
-    ensure!(
-        out.status.success(),
-        "{command:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?)
-}
+use crate::{cache_dir, run};
 
 /// The .deb of `package` in `dir`, downloaded on first use.
 pub fn download(dir: &Path, package: &str) -> anyhow::Result<PathBuf> {
@@ -36,11 +17,9 @@ pub fn download(dir: &Path, package: &str) -> anyhow::Result<PathBuf> {
         return Ok(deb);
     }
     eprintln!("xtask: downloading {package}");
-    output(
-        Command::new("apt-get")
-            .args(["download", package])
-            .current_dir(dir),
-    )?;
+    run(Command::new("apt-get")
+        .args(["download", package])
+        .current_dir(dir))?;
     find_deb(dir, package)?.with_context(|| format!("apt-get download {package} left no .deb"))
 }
 
@@ -53,7 +32,7 @@ pub fn unpacked(package: &str) -> anyhow::Result<PathBuf> {
     }
     let partial = deb.with_extension("partial");
     let _ = std::fs::remove_dir_all(&partial);
-    output(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
+    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
     std::fs::rename(&partial, &root)?;
     Ok(root)
 }

@@ -1,7 +1,8 @@
 //! `cargo xtask image`: the agent's container image, built without a container engine into an
-//! OCI image layout and an OCI archive (`ctr images import`, `docker load`), reproducibly: the
-//! same inputs give the same digest. The Dockerfile lays out the same root filesystem with
-//! `cargo xtask image --rootfs DIR` and copies it onto an empty base.
+//! OCI image layout and an OCI archive (`ctr images import`, `docker load`). The packaging is
+//! deterministic: the same binaries and modules give the same digest (cargo builds them the same
+//! from the same sources at the same paths: panic messages name source files). The Dockerfile
+//! lays out the same root filesystem with `cargo xtask image --rootfs DIR` onto an empty base.
 //!
 //! `cargo xtask image-test` checks it: two builds give one digest, umoci (Debian's package)
 //! verifies and unpacks the layout, and `palisade --version` runs in a chroot of what it unpacked.
@@ -13,14 +14,14 @@ use std::{
     process::Command,
 };
 
-use anyhow::{Context, ensure};
+use anyhow::{bail, ensure};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::{build, debian};
+use crate::{build, debian, run};
 
 /// The image's name, as the chart's `image.repository` defaults to it.
-pub const REPOSITORY: &str = "ghcr.io/palisade-dev/palisade";
+const REPOSITORY: &str = "ghcr.io/palisade-dev/palisade";
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The built-in rule modules, in /usr/lib/palisade/rules (the agent's `--rule-modules`).
@@ -51,28 +52,19 @@ fn out_dir() -> PathBuf {
 }
 
 /// Builds the agent (release) and the built-in rule modules and lays out the image's root
-/// filesystem in `root`: the binary, the shared libraries it links, the modules, nothing else.
+/// filesystem in `root` (a new or empty directory): the binary, the shared libraries it links,
+/// the modules, nothing else.
 pub fn rootfs(root: &Path) -> anyhow::Result<()> {
+    ensure!(
+        !root.exists() || std::fs::read_dir(root)?.next().is_none(),
+        "{} is not empty: the root filesystem goes into a new or empty directory",
+        root.display()
+    );
     let palisade = build::agent_release()?;
-    let _ = std::fs::remove_dir_all(root);
     let rules = root.join(RULES_DIR);
     std::fs::create_dir_all(&rules)?;
     build::build_rule_modules(&palisade, &RULE_MODULES, &rules)?;
-    let binary = root.join(BINARY);
-    std::fs::create_dir_all(binary.parent().expect("has a parent"))?;
-    // Without debug information: stripped binaries of the same source are the same bytes.
-    let status = Command::new("strip")
-        .arg("-o")
-        .arg(&binary)
-        .arg(&palisade)
-        .status()?;
-    ensure!(status.success(), "strip {} failed", palisade.display());
-    for library in build::shared_libraries(&palisade)? {
-        let target = root.join(library.strip_prefix("/")?);
-        std::fs::create_dir_all(target.parent().expect("has a parent"))?;
-        std::fs::copy(&library, &target)
-            .with_context(|| format!("copying {}", library.display()))?;
-    }
+    build::install_executable(root, &palisade, BINARY)?;
     Ok(())
 }
 
@@ -80,6 +72,7 @@ pub fn rootfs(root: &Path) -> anyhow::Result<()> {
 pub fn build() -> anyhow::Result<Image> {
     let out = out_dir();
     let root = out.join("rootfs");
+    let _ = std::fs::remove_dir_all(&root);
     rootfs(&root)?;
     let layer_tar = tar_of(&root)?;
     let diff_id = sha256(&layer_tar);
@@ -89,8 +82,14 @@ pub fn build() -> anyhow::Result<Image> {
     layer.write_all(&layer_tar)?;
     let layer = layer.finish()?;
 
+    // The binary is built for this machine.
+    let architecture = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => bail!("no OCI name for the architecture {other}"),
+    };
     let config = serde_json::to_vec(&json!({
-        "architecture": "amd64",
+        "architecture": architecture,
         "os": "linux",
         "config": {
             "Entrypoint": [format!("/{BINARY}")],
@@ -110,10 +109,10 @@ pub fn build() -> anyhow::Result<Image> {
         "layers": [descriptor(LAYER_TYPE, &layer)],
     }))?;
     let mut manifest_descriptor = descriptor(MANIFEST_TYPE, &manifest);
-    manifest_descriptor["platform"] = json!({ "architecture": "amd64", "os": "linux" });
+    manifest_descriptor["platform"] = json!({ "architecture": architecture, "os": "linux" });
     manifest_descriptor["annotations"] = json!({
         // containerd names the imported image by the first, OCI tools by the second.
-        "io.containerd.image.name": format!("{REPOSITORY}:{VERSION}"),
+        "io.containerd.image.name": reference(),
         "org.opencontainers.image.ref.name": VERSION,
     });
     let index = serde_json::to_vec(&json!({
@@ -135,13 +134,45 @@ pub fn build() -> anyhow::Result<Image> {
         let name = digest.strip_prefix("sha256:").expect("a sha256 digest");
         std::fs::write(layout.join("blobs/sha256").join(name), blob)?;
     }
+    // `docker load` without containerd's image store reads manifest.json (as `docker save`
+    // writes it beside the OCI layout); every other tool reads the layout.
+    let blob = |bytes: &[u8]| format!("blobs/sha256/{}", &sha256(bytes)["sha256:".len()..]);
+    let docker_manifest = serde_json::to_vec(&json!([{
+        "Config": blob(&config),
+        "RepoTags": [reference()],
+        "Layers": [blob(&layer)],
+    }]))?;
+    let archive_dir = out.join("archive");
+    let _ = std::fs::remove_dir_all(&archive_dir);
+    copy_tree(&layout, &archive_dir)?;
+    std::fs::write(archive_dir.join("manifest.json"), docker_manifest)?;
     let archive = out.join(format!("palisade-{VERSION}.oci.tar"));
-    std::fs::write(&archive, tar_of(&layout)?)?;
+    std::fs::write(&archive, tar_of(&archive_dir)?)?;
+    std::fs::remove_dir_all(&archive_dir)?;
     Ok(Image {
         layout,
         archive,
         digest: sha256(&manifest),
     })
+}
+
+/// The image's name and tag.
+pub fn reference() -> String {
+    format!("{REPOSITORY}:{VERSION}")
+}
+
+fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let path = entry?.path();
+        let target = to.join(path.file_name().expect("a directory entry has a name"));
+        if path.is_dir() {
+            copy_tree(&path, &target)?;
+        } else {
+            std::fs::copy(&path, &target)?;
+        }
+    }
+    Ok(())
 }
 
 fn sha256(bytes: &[u8]) -> String {
@@ -203,6 +234,15 @@ fn walk(root: &Path, dir: &Path, paths: &mut BTreeSet<PathBuf>) -> anyhow::Resul
 
 /// `cargo xtask image-test`.
 pub fn test() -> anyhow::Result<()> {
+    // The chart's DaemonSet runs the image tagged with the chart's appVersion.
+    let chart: serde_yaml::Value = serde_yaml::from_str(&std::fs::read_to_string(
+        crate::workspace().join("charts/palisade/Chart.yaml"),
+    )?)?;
+    ensure!(
+        chart["appVersion"].as_str() == Some(VERSION),
+        "the chart's appVersion {:?} is not the image's tag {VERSION}",
+        chart["appVersion"]
+    );
     let first = build()?;
     let second = build()?;
     ensure!(
@@ -216,13 +256,11 @@ pub fn test() -> anyhow::Result<()> {
     let umoci = debian::unpacked("umoci")?.join("usr/bin/umoci");
     let bundle = out_dir().join("bundle");
     let _ = std::fs::remove_dir_all(&bundle);
-    debian::output(
-        Command::new(&umoci)
-            .arg("unpack")
-            .arg("--image")
-            .arg(format!("{}:{VERSION}", second.layout.display()))
-            .arg(&bundle),
-    )?;
+    run(Command::new(&umoci)
+        .arg("unpack")
+        .arg("--image")
+        .arg(format!("{}:{VERSION}", second.layout.display()))
+        .arg(&bundle))?;
     let runtime: serde_json::Value =
         serde_json::from_slice(&std::fs::read(bundle.join("config.json"))?)?;
     ensure!(
@@ -249,11 +287,9 @@ pub fn test() -> anyhow::Result<()> {
             file.display()
         );
     }
-    let version = debian::output(
-        Command::new("chroot")
-            .arg(&rootfs)
-            .args([&format!("/{BINARY}"), "--version"]),
-    )?;
+    let version = run(Command::new("chroot")
+        .arg(&rootfs)
+        .args([&format!("/{BINARY}"), "--version"]))?;
     ensure!(
         version.trim() == format!("palisade {VERSION}"),
         "`palisade --version` in the image printed {version:?}"

@@ -5,11 +5,11 @@ use std::{path::PathBuf, process::Command};
 
 use anyhow::Context;
 
-use crate::debian::{cache_dir, download, output};
+use crate::{cache_dir, debian::download, run};
 
 /// The image package of the newest `linux-image-amd64` of `series` (e.g. "6.12") apt knows.
 fn resolve(series: &str) -> anyhow::Result<String> {
-    let madison = output(Command::new("apt-cache").args(["madison", "linux-image-amd64"]))?;
+    let madison = run(Command::new("apt-cache").args(["madison", "linux-image-amd64"]))?;
     let version = madison
         .lines()
         .filter_map(|line| line.split('|').nth(1).map(str::trim))
@@ -24,9 +24,8 @@ fn resolve(series: &str) -> anyhow::Result<String> {
                  bookworm-backports: run scripts/install.sh, which adds it and runs apt-get update)"
             )
         })?;
-    let depends = output(
-        Command::new("apt-cache").args(["depends", &format!("linux-image-amd64={version}")]),
-    )?;
+    let depends =
+        run(Command::new("apt-cache").args(["depends", &format!("linux-image-amd64={version}")]))?;
     depends
         .lines()
         .find_map(|line| line.trim().strip_prefix("Depends: "))
@@ -96,7 +95,7 @@ pub fn fetch(series: &str) -> anyhow::Result<Kernel> {
         extract.display(),
         module_patterns.join(" ")
     );
-    output(Command::new("sh").args(["-c", &script]))?;
+    run(Command::new("sh").args(["-c", &script]))?;
     std::fs::rename(
         extract.join(format!("boot/vmlinuz-{}", kernel.release)),
         &kernel.vmlinuz,
@@ -108,7 +107,7 @@ pub fn fetch(series: &str) -> anyhow::Result<Kernel> {
         let packed = extract.join(format!("lib/modules/{}/kernel/{module}.ko", kernel.release));
         let compressed = packed.with_extension("ko.xz");
         if compressed.exists() {
-            output(Command::new("xz").arg("-d").arg(&compressed))?;
+            run(Command::new("xz").arg("-d").arg(&compressed))?;
         }
         std::fs::rename(&packed, target)
             .with_context(|| format!("{} holds no {module}.ko", deb.display()))?;

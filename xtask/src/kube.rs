@@ -1,7 +1,7 @@
 //! A real Kubernetes control plane for tests: etcd and kube-apiserver on loopback (built by
 //! scripts/kube-tools.sh), with certificates made here, and the chart installed into it with
-//! helm. Also the checks of the chart: helm lint, kubeconform -strict on what it renders (with
-//! schemas from this API server and from the CRDs), and a server-side dry run.
+//! helm (after a server-side dry run). `cargo xtask kube-test` checks the chart (chart.rs), installs
+//! it and runs the Kubernetes suite against this API server.
 
 use std::{
     net::TcpListener,
@@ -11,9 +11,8 @@ use std::{
 };
 
 use anyhow::{Context, bail, ensure};
-use serde_json::{Value, json};
 
-use crate::debian::cache_dir;
+use crate::{cache_dir, chart, run};
 
 /// The address the test VM reaches the API server at (QEMU's guestfwd relays it to loopback).
 pub const VM_ADDRESS: &str = "10.0.2.100";
@@ -21,7 +20,7 @@ pub const VM_PORT: u16 = 6443;
 /// The agent's identity: the chart's service account, as a client certificate, so that the
 /// agent runs with exactly the RBAC the chart grants.
 const AGENT_USER: &str = "system:serviceaccount:palisade:palisade";
-const NAMESPACE: &str = "palisade";
+pub const NAMESPACE: &str = "palisade";
 
 fn tools() -> PathBuf {
     std::env::var_os("PALISADE_KUBE_BIN")
@@ -37,20 +36,6 @@ pub fn tool(name: &str) -> anyhow::Result<PathBuf> {
         path.display()
     );
     Ok(path)
-}
-
-fn run(command: &mut Command) -> anyhow::Result<String> {
-    let output = command
-        .stderr(Stdio::piped())
-        .output()
-        .with_context(|| format!("running {command:?}"))?;
-    ensure!(
-        output.status.success(),
-        "{command:?} failed: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(String::from_utf8(output.stdout)?)
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -329,187 +314,12 @@ impl ApiServer {
     }
 }
 
-/// helm lint, and the chart rendered (with every optional part on) checked by kubeconform
-/// -strict against the API server's own schemas and the CRDs'; then `examples` (policies) too.
-pub fn check_chart(server: &ApiServer, chart: &Path, examples: &Path) -> anyhow::Result<()> {
-    run(Command::new(tool("helm")?)
-        .args(["lint", "--strict"])
-        .arg(chart))?;
-    let schemas = server.dir.join("schemas");
-    write_schemas(&server.get("/openapi/v2")?, &chart.join("crds"), &schemas)?;
-    let rendered = run(Command::new(tool("helm")?)
-        .args(["template", "palisade"])
-        .arg(chart)
-        .args(["--namespace", NAMESPACE])
-        .args([
-            "--set",
-            "dashboard.enabled=true",
-            "--set",
-            "serviceMonitor.enabled=true",
-        ]))?;
-    let rendered_file = server.dir.join("rendered.yaml");
-    std::fs::write(&rendered_file, rendered)?;
-    let location = format!(
-        "{}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json",
-        schemas.display()
-    );
-    let summary = run(Command::new(tool("kubeconform")?)
-        // Prometheus Operator's CRDs are not installed here.
-        .args([
-            "-strict",
-            "-summary",
-            "-skip",
-            "ServiceMonitor",
-            "-schema-location",
-            &location,
-        ])
-        .arg(&rendered_file)
-        .arg(examples))?;
-    print!("kubeconform: {summary}");
-    Ok(())
-}
-
-/// kubeconform's schema files from the API server's OpenAPI v2 document and from the CRDs in
-/// `crds`: one standalone JSON schema per kind, `kind-group-version.json` (the group's first
-/// label), objects closed to unknown fields (-strict).
-fn write_schemas(openapi: &str, crds: &Path, out: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(out)?;
-    let document: Value = serde_json::from_str(openapi)?;
-    let definitions = document["definitions"]
-        .as_object()
-        .context("no definitions in /openapi/v2")?;
-    for (name, definition) in definitions {
-        let Some(kinds) = definition["x-kubernetes-group-version-kind"].as_array() else {
-            continue;
-        };
-        for gvk in kinds {
-            let schema = standalone(definition, definitions, &mut vec![name.clone()]);
-            write_schema(
-                out,
-                gvk["kind"].as_str(),
-                gvk["group"].as_str(),
-                gvk["version"].as_str(),
-                &schema,
-            )?;
-        }
-    }
-    for entry in std::fs::read_dir(crds)? {
-        let text = std::fs::read_to_string(entry?.path())?;
-        for document in text
-            .split("\n---")
-            .filter(|document| !document.trim().is_empty() && document.trim() != "---")
-        {
-            let crd: Value = serde_yaml::from_str(document)?;
-            let spec = &crd["spec"];
-            for version in spec["versions"].as_array().into_iter().flatten() {
-                let mut schema = version["schema"]["openAPIV3Schema"].clone();
-                let properties = schema["properties"]
-                    .as_object_mut()
-                    .context("a CRD schema has properties")?;
-                for field in ["apiVersion", "kind"] {
-                    properties.entry(field).or_insert(json!({"type": "string"}));
-                }
-                properties
-                    .entry("metadata")
-                    .or_insert(json!({"type": "object"}));
-                write_schema(
-                    out,
-                    spec["names"]["kind"].as_str(),
-                    spec["group"].as_str(),
-                    version["name"].as_str(),
-                    // A CRD's schema has no references: this only applies `strict`.
-                    &standalone(&schema, &serde_json::Map::new(), &mut Vec::new()),
-                )?;
-            }
-        }
-    }
-    Ok(())
-}
-
-fn write_schema(
-    out: &Path,
-    kind: Option<&str>,
-    group: Option<&str>,
-    version: Option<&str>,
-    schema: &Value,
-) -> anyhow::Result<()> {
-    let (Some(kind), Some(group), Some(version)) = (kind, group, version) else {
-        bail!("a kind without group, version or name");
-    };
-    let group = group.split('.').next().unwrap_or_default();
-    let name = if group.is_empty() {
-        format!("{}-{version}.json", kind.to_lowercase())
-    } else {
-        format!("{}-{group}-{version}.json", kind.to_lowercase())
-    };
-    std::fs::write(out.join(name), serde_json::to_string(schema)?)?;
-    Ok(())
-}
-
-/// `schema` with every `$ref` replaced by its definition (a recursive one by an open schema),
-/// and `strict` applied to every node.
-fn standalone(
-    schema: &Value,
-    definitions: &serde_json::Map<String, Value>,
-    stack: &mut Vec<String>,
-) -> Value {
-    match schema {
-        Value::Object(map) => {
-            if let Some(reference) = map.get("$ref").and_then(Value::as_str) {
-                let name = reference.trim_start_matches("#/definitions/").to_owned();
-                if stack.contains(&name) {
-                    return json!({});
-                }
-                let Some(definition) = definitions.get(&name) else {
-                    return json!({});
-                };
-                stack.push(name);
-                let resolved = standalone(definition, definitions, stack);
-                stack.pop();
-                return resolved;
-            }
-            let mut out = serde_json::Map::new();
-            for (key, value) in map {
-                out.insert(key.clone(), standalone(value, definitions, stack));
-            }
-            Value::Object(strict(out))
-        }
-        Value::Array(items) => Value::Array(
-            items
-                .iter()
-                .map(|item| standalone(item, definitions, stack))
-                .collect(),
-        ),
-        other => other.clone(),
-    }
-}
-
-/// One schema node, closed to other fields when it has properties, int-or-string spelt in JSON
-/// Schema (`standalone` applies it to every node).
-fn strict(mut map: serde_json::Map<String, Value>) -> serde_json::Map<String, Value> {
-    let int_or_string = map.get("format").and_then(Value::as_str) == Some("int-or-string")
-        || map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
-    if int_or_string {
-        map.remove("type");
-        map.remove("format");
-        map.insert(
-            "oneOf".into(),
-            json!([{"type": "string"}, {"type": "integer"}]),
-        );
-    }
-    let open = map.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
-    if map.contains_key("properties") && !open && !map.contains_key("additionalProperties") {
-        map.insert("additionalProperties".into(), Value::Bool(false));
-    }
-    map
-}
-
 /// `cargo xtask kube-test`.
 pub fn test() -> anyhow::Result<()> {
     let root = crate::workspace();
     let chart = root.join("charts/palisade");
     let server = ApiServer::start(&root.join("target/kube"))?;
-    check_chart(&server, &chart, &root.join("examples/kubernetes"))?;
+    chart::check(&server, &chart, &root.join("examples/kubernetes"))?;
     server.install_chart(&chart)?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)

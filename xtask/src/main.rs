@@ -5,6 +5,7 @@
 
 mod bench;
 mod build;
+mod chart;
 mod debian;
 mod image;
 mod kernels;
@@ -12,8 +13,9 @@ mod kube;
 mod results;
 mod vm;
 
-use std::path::PathBuf;
+use std::{path::PathBuf, process::Stdio};
 
+use anyhow::{Context, ensure};
 use clap::{Parser, Subcommand};
 
 /// The workspace being built. Read at run time (`cargo run` sets CARGO_MANIFEST_DIR): a target
@@ -22,6 +24,32 @@ pub fn workspace() -> PathBuf {
     let xtask = std::env::var_os("CARGO_MANIFEST_DIR")
         .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
     xtask.join("..")
+}
+
+/// Where downloads and builds are cached outside the clone (kernels, Debian packages, the
+/// Kubernetes tools).
+pub fn cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
+        });
+    base.join("palisade")
+}
+
+/// Runs `command` to its end: its standard output, or an error with everything it printed.
+pub fn run(command: &mut std::process::Command) -> anyhow::Result<String> {
+    let output = command
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    ensure!(
+        output.status.success(),
+        "{command:?} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8(output.stdout)?)
 }
 
 #[derive(Parser)]
@@ -109,9 +137,8 @@ fn main() -> anyhow::Result<()> {
         Command::Image { rootfs: None } => {
             let built = image::build()?;
             println!(
-                "{}:{} {}\n  layout: {}\n  archive: {}",
-                image::REPOSITORY,
-                env!("CARGO_PKG_VERSION"),
+                "{} {}\n  layout: {}\n  archive: {}",
+                image::reference(),
                 built.digest,
                 built.layout.display(),
                 built.archive.display()

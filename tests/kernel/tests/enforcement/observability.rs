@@ -213,8 +213,9 @@ fn queries(value: &serde_json::Value, found: &mut Vec<String>) {
     }
 }
 
-/// Every expression of the Grafana dashboard reads metrics `exposition` declares.
-pub(super) fn dashboard_reads_only_exported_metrics(exposition: &str) {
+/// Every expression of the Grafana dashboard and of the chart's alerts reads metrics
+/// `exposition` declares.
+pub(super) fn dashboard_and_alerts_read_only_exported_metrics(exposition: &str) {
     let exported: BTreeSet<String> = exposition
         .lines()
         .filter_map(|line| line.strip_prefix("# TYPE "))
@@ -247,6 +248,18 @@ pub(super) fn dashboard_reads_only_exported_metrics(exposition: &str) {
                 "{query}: {name} is not exported (exported: {exported:?})"
             );
         }
+    }
+    // The template's only `palisade_` words are the alerts' metrics (its own names are
+    // `palisade.name` and such).
+    let alerts = metric_names(include_str!(
+        "../../../../charts/palisade/templates/prometheusrule.yaml"
+    ));
+    assert!(alerts.len() >= 5, "{alerts:?}");
+    for name in alerts {
+        assert!(
+            exported.contains(&name),
+            "the alerts read {name}, which is not exported (exported: {exported:?})"
+        );
     }
 }
 

@@ -11,7 +11,9 @@ use palisade_kernel_tests::{EPERM, Kernel, binary, exited_within, file, probe, s
 
 use super::{
     Agent, cleanup_agent, fresh_dir,
-    observability::{Scrape, dashboard_reads_only_exported_metrics, http_get, wait_until_ready},
+    observability::{
+        Scrape, dashboard_and_alerts_read_only_exported_metrics, http_get, wait_until_ready,
+    },
     write_policy,
 };
 
@@ -174,7 +176,7 @@ fn a_misbehaving_module_is_contained_and_the_agent_keeps_serving() {
         ) >= 1.0
     );
     assert_eq!(scrape.value("palisade_policy_errors", &[]), 1.0);
-    dashboard_reads_only_exported_metrics(&scrape.text);
+    dashboard_and_alerts_read_only_exported_metrics(&scrape.text);
     let (stopped, log) = agent.stop(libc::SIGTERM);
     assert!(stopped, "{log}");
     assert!(log.contains("rule module failed to decide"), "{log}");
