@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes test tools from the Go module proxy: etcd, kube-apiserver, helm and
-# kubeconform, into ~/.cache/palisade/kube/bin (or $PALISADE_KUBE_BIN). A tool already built at
-# the pinned version is kept, so only a cold cache pays for the builds (~15 min on 2 cores).
+# Builds the Kubernetes test tools from the Go module proxy: etcd, kube-apiserver, the kubelet
+# (a node in the test VM), helm and kubeconform, into ~/.cache/palisade/kube/bin (or
+# $PALISADE_KUBE_BIN). A tool already built at the pinned version is kept, so only a cold cache
+# pays for the builds.
 set -euo pipefail
 
 kube_version=v1.33.13
@@ -41,7 +42,13 @@ if fresh etcd "$etcd_version"; then
   built etcd "$etcd_version"
 fi
 
-if fresh kube-apiserver "$kube_version"; then
+# The Kubernetes binaries, built together (one build shares their packages).
+kube_binaries=(kube-apiserver kubelet)
+stale=()
+for binary in "${kube_binaries[@]}"; do
+  fresh "$binary" "$kube_version" && stale+=("$binary")
+done
+if [ ${#stale[@]} -gt 0 ]; then
   work=$(mktemp -d)
   scratch_module "$work" "k8s.io/kubernetes@$kube_version" k8s.io/kubernetes/cmd/kube-apiserver
   # k8s.io/kubernetes replaces its staging modules with local directories; the published
@@ -56,10 +63,15 @@ if fresh kube-apiserver "$kube_version"; then
     version_flags+=" -X $package.gitVersion=$kube_version -X $package.gitMajor=1"
     version_flags+=" -X $package.gitMinor=$(echo "$kube_version" | cut -d. -f2) -X $package.gitTreeState=clean"
   done
+  packages=()
+  for binary in "${stale[@]}"; do
+    packages+=("k8s.io/kubernetes/cmd/$binary")
+    printf 'import _ "k8s.io/kubernetes/cmd/%s"\n' "$binary" >> "$work/tools.go"
+  done
   (cd "$work" && go mod tidy \
-    && go build -trimpath -ldflags "$version_flags" -o "$bin/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
+    && go build -trimpath -ldflags "$version_flags" -o "$bin/" "${packages[@]}")
   rm -rf "$work"
-  built kube-apiserver "$kube_version"
+  for binary in "${stale[@]}"; do built "$binary" "$kube_version"; done
 fi
 
 if fresh helm "$helm_version"; then

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit tests on this machine, the agent's image, the
-# Kubernetes suite against a real API server, then the privileged kernel suite inside QEMU on
-# Debian's 6.1 and 6.12 kernels, and a smoke run of the kernel benchmarks. Installs what it needs
-# first.
+# Kubernetes suite against a real API server, then the privileged kernel suite and a Kubernetes
+# node (containerd and a kubelet) inside QEMU on Debian's 6.1 and 6.12 kernels, and a smoke run of
+# the kernel benchmarks. Installs what it needs first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -13,6 +13,7 @@ pub struct Binaries {
     pub palisade: PathBuf,
     pub probe: PathBuf,
     pub kernel_tests: PathBuf,
+    pub node_tests: PathBuf,
 }
 
 /// (target name, whether it is a test harness, path) of each executable cargo built.
@@ -65,6 +66,7 @@ pub fn binaries() -> anyhow::Result<Binaries> {
         palisade: find("palisade", false)?,
         probe: find("probe", false)?,
         kernel_tests: find("enforcement", true)?,
+        node_tests: find("node", true)?,
     })
 }
 

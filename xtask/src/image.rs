@@ -14,8 +14,8 @@ use std::{
     process::Command,
 };
 
-use anyhow::{bail, ensure};
-use serde_json::json;
+use anyhow::{Context, bail, ensure};
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::{build, debian, run};
@@ -74,7 +74,38 @@ pub fn build() -> anyhow::Result<Image> {
     let root = out.join("rootfs");
     let _ = std::fs::remove_dir_all(&root);
     rootfs(&root)?;
-    let layer_tar = tar_of(&root)?;
+    let config = json!({
+        "Entrypoint": [format!("/{BINARY}")],
+        "Labels": {
+            "org.opencontainers.image.title": "palisade",
+            "org.opencontainers.image.version": VERSION,
+            "org.opencontainers.image.licenses": "Apache-2.0",
+        },
+    });
+    pack(
+        &root,
+        config,
+        &reference(),
+        &out.join("oci"),
+        &out.join(format!("palisade-{VERSION}.oci.tar")),
+    )
+}
+
+/// Packs the tree under `root` as a one-layer image for this machine's architecture, named
+/// `reference` (NAME:TAG), with `config` as its runtime configuration (Entrypoint, Cmd...):
+/// an OCI layout in the directory `layout` and the same as one tar file, `archive`.
+pub fn pack(
+    root: &Path,
+    config: Value,
+    reference: &str,
+    layout: &Path,
+    archive: &Path,
+) -> anyhow::Result<Image> {
+    let tag = reference
+        .rsplit_once(':')
+        .map(|(_, tag)| tag)
+        .with_context(|| format!("{reference} has no tag"))?;
+    let layer_tar = tar_of(root)?;
     let diff_id = sha256(&layer_tar);
     let mut layer = flate2::GzBuilder::new()
         .mtime(0)
@@ -82,7 +113,6 @@ pub fn build() -> anyhow::Result<Image> {
     layer.write_all(&layer_tar)?;
     let layer = layer.finish()?;
 
-    // The binary is built for this machine.
     let architecture = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
@@ -91,16 +121,9 @@ pub fn build() -> anyhow::Result<Image> {
     let config = serde_json::to_vec(&json!({
         "architecture": architecture,
         "os": "linux",
-        "config": {
-            "Entrypoint": [format!("/{BINARY}")],
-            "Labels": {
-                "org.opencontainers.image.title": "palisade",
-                "org.opencontainers.image.version": VERSION,
-                "org.opencontainers.image.licenses": "Apache-2.0",
-            },
-        },
+        "config": config,
         "rootfs": { "type": "layers", "diff_ids": [diff_id] },
-        "history": [{ "created_by": "cargo xtask image" }],
+        "history": [{ "created_by": "cargo xtask" }],
     }))?;
     let manifest = serde_json::to_vec(&json!({
         "schemaVersion": 2,
@@ -112,8 +135,8 @@ pub fn build() -> anyhow::Result<Image> {
     manifest_descriptor["platform"] = json!({ "architecture": architecture, "os": "linux" });
     manifest_descriptor["annotations"] = json!({
         // containerd names the imported image by the first, OCI tools by the second.
-        "io.containerd.image.name": reference(),
-        "org.opencontainers.image.ref.name": VERSION,
+        "io.containerd.image.name": reference,
+        "org.opencontainers.image.ref.name": tag,
     });
     let index = serde_json::to_vec(&json!({
         "schemaVersion": 2,
@@ -121,8 +144,7 @@ pub fn build() -> anyhow::Result<Image> {
         "manifests": [manifest_descriptor],
     }))?;
 
-    let layout = out.join("oci");
-    let _ = std::fs::remove_dir_all(&layout);
+    let _ = std::fs::remove_dir_all(layout);
     std::fs::create_dir_all(layout.join("blobs/sha256"))?;
     std::fs::write(
         layout.join("oci-layout"),
@@ -139,19 +161,18 @@ pub fn build() -> anyhow::Result<Image> {
     let blob = |bytes: &[u8]| format!("blobs/sha256/{}", &sha256(bytes)["sha256:".len()..]);
     let docker_manifest = serde_json::to_vec(&json!([{
         "Config": blob(&config),
-        "RepoTags": [reference()],
+        "RepoTags": [reference],
         "Layers": [blob(&layer)],
     }]))?;
-    let archive_dir = out.join("archive");
+    let archive_dir = archive.with_extension("partial");
     let _ = std::fs::remove_dir_all(&archive_dir);
-    copy_tree(&layout, &archive_dir)?;
+    copy_tree(layout, &archive_dir)?;
     std::fs::write(archive_dir.join("manifest.json"), docker_manifest)?;
-    let archive = out.join(format!("palisade-{VERSION}.oci.tar"));
-    std::fs::write(&archive, tar_of(&archive_dir)?)?;
+    std::fs::write(archive, tar_of(&archive_dir)?)?;
     std::fs::remove_dir_all(&archive_dir)?;
     Ok(Image {
-        layout,
-        archive,
+        layout: layout.to_path_buf(),
+        archive: archive.to_path_buf(),
         digest: sha256(&manifest),
     })
 }

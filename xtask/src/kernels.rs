@@ -37,8 +37,9 @@ fn resolve(series: &str) -> anyhow::Result<String> {
 /// devices) and a block-device file system, so that the rules on disk devices meet real ones;
 /// overlayfs, on which container runtimes mount a container's root; XFS on a loop device, whose
 /// handle ioctls open files; binfmt_misc, whose formats name interpreters; the NIC through which
-/// the Kubernetes test reaches the API server on the host.
-const MODULES: [&str; 9] = [
+/// the Kubernetes test reaches the API server on the host; the bridge and veth pairs of the node
+/// suite's pod network (CNI's bridge plugin).
+const MODULES: [&str; 13] = [
     "drivers/block/brd",
     "fs/minix/minix",
     "fs/overlayfs/overlay",
@@ -48,6 +49,10 @@ const MODULES: [&str; 9] = [
     "fs/xfs/xfs",
     "fs/binfmt_misc",
     "drivers/net/ethernet/intel/e1000/e1000",
+    "net/llc/llc",
+    "net/802/stp",
+    "net/bridge/bridge",
+    "drivers/net/veth",
 ];
 
 /// A Debian kernel, extracted from its package.

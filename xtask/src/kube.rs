@@ -158,6 +158,13 @@ impl ApiServer {
             &format!("/CN={AGENT_USER}"),
             "extendedKeyUsage=clientAuth\n",
         )?;
+        // The kubelet of the node suite's VM.
+        certificate(
+            &dir,
+            "node",
+            "/O=system:nodes/CN=system:node:palisade-vm",
+            "extendedKeyUsage=clientAuth\n",
+        )?;
         ec_key(&dir.join("sa.key"))?;
         run(Command::new("openssl")
             .args(["ec", "-pubout", "-in"])
@@ -229,7 +236,7 @@ impl ApiServer {
                 .spawn()
                 .context("starting kube-apiserver")?,
         );
-        for user in ["admin", "agent"] {
+        for user in ["admin", "agent", "node"] {
             std::fs::write(
                 dir.join(format!("{user}.kubeconfig")),
                 kubeconfig(&format!("https://127.0.0.1:{port}"), user, &dir),

@@ -10,6 +10,7 @@ mod debian;
 mod image;
 mod kernels;
 mod kube;
+mod node;
 mod results;
 mod vm;
 

@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{Context, bail, ensure};
 
-use crate::{build, kernels, kube, results};
+use crate::{build, kernels, kube, node, results};
 
 const SENTINEL: &str = "PALISADE-VM-EXIT";
 /// Prefixes a measurement the tests left in /tmp/palisade-results (`RESULT NAME JSON`).
@@ -133,16 +133,32 @@ pub fn work_dir(name: &str) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
+/// The tests of a test binary that match `filter`.
+fn listed(tests: &Path, filter: Option<&str>) -> anyhow::Result<Vec<String>> {
+    let list = Command::new(tests).args(["--list"]).args(filter).output()?;
+    ensure!(list.status.success(), "listing {} failed", tests.display());
+    Ok(results::listed(&String::from_utf8(list.stdout)?))
+}
+
+/// A test binary run in a boot of its own on each kernel.
+struct Suite {
+    /// Appended to the boot's label.
+    name: &'static str,
+    expected: Vec<String>,
+    initrd: PathBuf,
+}
+
+/// The kernel suite (tests/kernel/tests/enforcement) and the node suite (tests/kernel/tests/node:
+/// containerd and a kubelet in the VM), each in its own boot of each kernel.
 pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> anyhow::Result<()> {
     let binaries = build::binaries()?;
-    let list = Command::new(&binaries.kernel_tests)
-        .args(["--list"])
-        .args(filter)
-        .output()?;
-    ensure!(list.status.success(), "listing the kernel tests failed");
-    let expected = results::listed(&String::from_utf8(list.stdout)?);
-    ensure!(!expected.is_empty(), "no kernel test matches the filter");
-    // The Kubernetes test's API server, on loopback here; the VM reaches it at VM_ADDRESS
+    let kernel_tests = listed(&binaries.kernel_tests, filter)?;
+    let node_tests = listed(&binaries.node_tests, filter)?;
+    ensure!(
+        !kernel_tests.is_empty() || !node_tests.is_empty(),
+        "no kernel test matches the filter"
+    );
+    // The Kubernetes tests' API server, on loopback here; the VM reaches it at VM_ADDRESS
     // through QEMU's guestfwd relay (restrict=on: no other packet leaves the VM).
     let server = kube::ApiServer::start(&work_dir("kube")?)?;
     server.install_chart(&crate::workspace().join("charts/palisade"))?;
@@ -152,66 +168,108 @@ pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> a
         kube::VM_PORT,
         server.port
     );
-    let body = format!(
-        "ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && sleep 3\n\
-         palisade doctor\nPALISADE_BIN=/palisade/bin/palisade PALISADE_PROBE=/palisade/bin/probe \
-         PALISADE_RULES=/palisade/rules KUBECONFIG=/palisade/kube/admin.kubeconfig \
-         PALISADE_AGENT_KUBECONFIG=/palisade/kube/agent.kubeconfig \
-         PALISADE_APPLY_UPDATES={apply_updates} RUST_BACKTRACE=1 /palisade/bin/enforcement --test-threads=1 {}\n\
-         status=$?\n\
-         for result in /tmp/palisade-results/*.json; do [ -e \"$result\" ] && echo \"{RESULT} $(basename $result .json) $(cat $result)\"; done\n\
-         (exit $status)",
-        filter.unwrap_or_default()
-    );
     let kernels: Vec<(&String, kernels::Kernel)> = kernels
         .iter()
         .map(|series| Ok((series, kernels::fetch(series)?)))
         .collect::<anyhow::Result<_>>()?;
-    let dir = work_dir("test")?;
-    let mut files = build::rule_modules(&binaries.palisade, &dir)?;
-    for user in ["admin", "agent"] {
-        files.extend(server.vm_files(user, Path::new("/palisade/kube"))?);
-    }
     // Numbered: /init loads them in the order of their names.
-    files.extend(kernels.iter().flat_map(|(_, kernel)| {
-        kernel.modules.iter().enumerate().map(|(index, module)| {
-            let name = module.file_name().expect("a file").to_string_lossy();
-            (
-                module.clone(),
-                format!("/palisade/modules/{}/{index}-{name}", kernel.release),
-            )
+    let modules: Vec<(PathBuf, String)> = kernels
+        .iter()
+        .flat_map(|(_, kernel)| {
+            kernel.modules.iter().enumerate().map(|(index, module)| {
+                let name = module.file_name().expect("a file").to_string_lossy();
+                (
+                    module.clone(),
+                    format!("/palisade/modules/{}/{index:02}-{name}", kernel.release),
+                )
+            })
         })
-    }));
-    let initrd = build::initramfs(
-        &dir,
-        &[
-            ("palisade", &binaries.palisade),
-            ("probe", &binaries.probe),
-            ("enforcement", &binaries.kernel_tests),
-            ("mkfs.xfs", Path::new("/usr/sbin/mkfs.xfs")),
-        ],
-        &files,
-        &init_script(&body),
-    )?;
+        .collect();
+    let mut kube_files = Vec::new();
+    for user in ["admin", "agent", "node"] {
+        kube_files.extend(server.vm_files(user, Path::new("/palisade/kube"))?);
+    }
+    let network = "ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && sleep 3";
+    let mut suites = Vec::new();
+    if !kernel_tests.is_empty() {
+        let dir = work_dir("test")?;
+        let mut files = build::rule_modules(&binaries.palisade, &dir)?;
+        files.extend(kube_files.iter().cloned());
+        files.extend(modules.iter().cloned());
+        let body = format!(
+            "{network}\n\
+             palisade doctor\nPALISADE_BIN=/palisade/bin/palisade PALISADE_PROBE=/palisade/bin/probe \
+             PALISADE_RULES=/palisade/rules KUBECONFIG=/palisade/kube/admin.kubeconfig \
+             PALISADE_AGENT_KUBECONFIG=/palisade/kube/agent.kubeconfig \
+             PALISADE_APPLY_UPDATES={apply_updates} RUST_BACKTRACE=1 /palisade/bin/enforcement --test-threads=1 {}\n\
+             {}",
+            filter.unwrap_or_default(),
+            report_results()
+        );
+        let initrd = build::initramfs(
+            &dir,
+            &[
+                ("palisade", &binaries.palisade),
+                ("probe", &binaries.probe),
+                ("enforcement", &binaries.kernel_tests),
+                ("mkfs.xfs", Path::new("/usr/sbin/mkfs.xfs")),
+            ],
+            &files,
+            &init_script(&body),
+        )?;
+        suites.push(Suite {
+            name: "",
+            expected: kernel_tests,
+            initrd,
+        });
+    }
+    if !node_tests.is_empty() {
+        let dir = work_dir("node")?;
+        let node = node::binaries()?;
+        let mut files = node::images(&dir)?;
+        files.extend(kube_files.iter().cloned());
+        files.extend(modules.iter().cloned());
+        let body = format!(
+            "{network}\n\
+             ip route add default via 10.0.2.2\n\
+             PALISADE_NODE_BIN=/palisade/bin PALISADE_NODE_IMAGES=/palisade/images \
+             KUBECONFIG=/palisade/kube/admin.kubeconfig \
+             PALISADE_NODE_KUBECONFIG=/palisade/kube/node.kubeconfig \
+             RUST_BACKTRACE=1 /palisade/bin/node --test-threads=1 {}\n\
+             {}",
+            filter.unwrap_or_default(),
+            report_results()
+        );
+        let mut executables: Vec<(&str, &Path)> = vec![("node", &binaries.node_tests)];
+        executables.extend(node.iter().map(|(name, path)| (*name, path.as_path())));
+        let initrd = build::initramfs(&dir, &executables, &files, &init_script(&body))?;
+        suites.push(Suite {
+            name: "-node",
+            expected: node_tests,
+            initrd,
+        });
+    }
     let mut report = Vec::new();
     for (series, kernel) in &kernels {
-        let label = format!("linux-{series}");
-        let (console, status) = match boot(
-            &label,
-            &kernel.vmlinuz,
-            &initrd,
-            &["-nic", &nic],
-            TEST_TIMEOUT,
-        ) {
-            Ok(run) => run,
-            Err(err) => {
-                eprintln!("{err:#}");
-                (String::new(), -1)
-            }
-        };
-        let summary = results::Summary::new(&expected, &results::parse(&console));
-        results::save_measurements(&console, RESULT, &work_dir("results")?, &label)?;
-        report.push((label, summary, status));
+        for suite in &suites {
+            let label = format!("linux-{series}{}", suite.name);
+            let (console, status) = match boot(
+                &label,
+                &kernel.vmlinuz,
+                &suite.initrd,
+                &["-nic", &nic],
+                TEST_TIMEOUT,
+            ) {
+                Ok(run) => run,
+                Err(err) => {
+                    eprintln!("{err:#}");
+                    (String::new(), -1)
+                }
+            };
+            let summary = results::Summary::new(&suite.expected, &results::parse(&console));
+            results::save_measurements(&console, RESULT, &work_dir("results")?, &label)?;
+            report.push((label, summary, status));
+        }
     }
     let (mut passed, mut failed) = (0, 0);
     println!("\nkernel test suite:");
@@ -233,6 +291,16 @@ pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> a
     println!("{passed} passed, {failed} failed");
     ensure!(failed == 0, "the kernel test suite failed");
     Ok(())
+}
+
+/// The end of a test boot's body: the measurements the tests left, then the test binary's
+/// status as the boot's.
+fn report_results() -> String {
+    format!(
+        "status=$?\n\
+         for result in /tmp/palisade-results/*.json; do [ -e \"$result\" ] && echo \"{RESULT} $(basename $result .json) $(cat $result)\"; done\n\
+         (exit $status)"
+    )
 }
 
 pub fn demo(series: &str) -> anyhow::Result<()> {

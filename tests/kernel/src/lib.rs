@@ -52,6 +52,22 @@ pub fn binary(variable: &str) -> PathBuf {
     )
 }
 
+/// Runs `test` on a runtime of its own.
+pub fn block_on(test: impl Future<Output = ()>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(test);
+}
+
+/// `name`, made this kernel's: the API server outlives a boot, so each kernel's run names its
+/// namespaces and nodes its own way.
+pub fn this_kernels(name: &str) -> String {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    format!("{name}-{}", release.trim().replace(['.', '+', '_'], "-"))
+}
+
 /// The API server address the tests' policies are compiled for.
 pub const KUBE_APISERVER: &str = "10.96.0.1";
 

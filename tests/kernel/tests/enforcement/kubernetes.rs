@@ -20,28 +20,14 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::{Api, Client};
 use palisade_agent::targets::{Cgroup, Hierarchy};
 use palisade_crds::{PalisadePolicy, READY};
-use palisade_kernel_tests::{Answer, EPERM, binary, file, probe, probe_command};
+use palisade_kernel_tests::{
+    Answer, EPERM, binary, block_on, file, probe, probe_command, this_kernels,
+};
 use palisade_kube_tests::{
     Node, admin, apply_policy, eventually, eventually_within, namespace, pod, report_containers,
 };
 
 use super::{Agent, cleanup_agent, fresh_dir};
-
-/// Runs `test` on a runtime of its own.
-fn block_on(test: impl Future<Output = ()>) {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(test);
-}
-
-/// `name`, made this kernel's: the API server outlives a boot, so each kernel's run names its
-/// namespaces and nodes its own way.
-fn this_kernels(name: &str) -> String {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    format!("{name}-{}", release.trim().replace(['.', '+', '_'], "-"))
-}
 
 /// Makes `pod`'s cgroup, as the kubelet does when it starts it.
 fn start_pod(node: &Node, pod: &Pod) -> Cgroup {

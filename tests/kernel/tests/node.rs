@@ -1,0 +1,359 @@
+//! A real Kubernetes node in the VM: containerd and runc (Debian's packages), the CNI bridge
+//! plugin, and a kubelet built from the Kubernetes release the test API server runs, registered
+//! to that API server on the host. Images come from OCI archives imported into containerd (no
+//! registry is reachable): the pause image and a busybox image that `cargo xtask vm-test` builds.
+//!
+//! The node runs for the whole binary (the tests share it); each kernel's boot registers a node
+//! of its own name.
+
+use std::{
+    path::Path,
+    process::{Child, Command},
+    sync::{Mutex, OnceLock},
+    time::Duration,
+};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, Patch, PatchParams},
+};
+use palisade_kernel_tests::{binary, block_on, this_kernels};
+use palisade_kube_tests::{admin, namespace};
+use serde_json::json;
+
+/// The images `cargo xtask vm-test` builds, as the archives name them.
+const PAUSE_IMAGE: &str = "palisade.test/pause:1";
+const BUSYBOX_IMAGE: &str = "palisade.test/busybox:1";
+
+/// Starts `program` with its output in /tmp/NAME.log.
+fn daemon(name: &str, program: &str, args: &[&str]) -> Child {
+    let log = std::fs::File::create(format!("/tmp/{name}.log")).unwrap();
+    Command::new(program)
+        .args(args)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|err| panic!("starting {program}: {err}"))
+}
+
+fn log(name: &str) -> String {
+    std::fs::read_to_string(format!("/tmp/{name}.log")).unwrap_or_default()
+}
+
+fn write(path: &str, text: &str) {
+    std::fs::create_dir_all(Path::new(path).parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// The node's daemons, started once for the binary.
+struct TheNode {
+    name: String,
+    daemons: Mutex<Vec<(&'static str, Child)>>,
+}
+
+impl TheNode {
+    /// Panics with its log when a daemon has exited.
+    fn check_running(&self) {
+        for (name, daemon) in self.daemons.lock().unwrap().iter_mut() {
+            if let Ok(Some(status)) = daemon.try_wait() {
+                panic!("{name} exited ({status}):\n{}", tail(&log(name)));
+            }
+        }
+    }
+}
+
+/// containerd with the CRI plugin on runc and the CNI bridge (pods get 10.88.0.0/16 on cni0),
+/// the images imported, then the kubelet (cgroupfs driver, as the agent's tests expect of a
+/// node without systemd), registered as `this_kernels("node")` with a client certificate in
+/// `system:nodes`.
+fn the_node() -> &'static TheNode {
+    static NODE: OnceLock<TheNode> = OnceLock::new();
+    NODE.get_or_init(|| {
+        // Their state lives on tmpfs: overlayfs needs an upper directory that is not rootfs.
+        for dir in ["/var/lib/containerd", "/var/lib/kubelet", "/run/containerd"] {
+            std::fs::create_dir_all(dir).unwrap();
+            let status = Command::new("mount")
+                .args(["-t", "tmpfs", "tmpfs", dir])
+                .status()
+                .unwrap();
+            assert!(status.success(), "mounting tmpfs on {dir}");
+        }
+        let bin = binary("PALISADE_NODE_BIN");
+        let bin = bin.to_str().unwrap();
+        write(
+            "/etc/containerd/config.toml",
+            &format!(
+                r#"version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        # The VM's root is the initramfs, which pivot_root(2) cannot leave.
+        NoPivotRoot = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{bin}"
+    conf_dir = "/etc/cni/net.d"
+"#
+            ),
+        );
+        write(
+            "/etc/cni/net.d/10-bridge.conflist",
+            &json!({
+                "cniVersion": "1.0.0",
+                "name": "pods",
+                "plugins": [
+                    {
+                        "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+                        "ipam": {
+                            "type": "host-local",
+                            "ranges": [[{"subnet": "10.88.0.0/16"}]],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                        },
+                    },
+                    {"type": "loopback"},
+                ],
+            })
+            .to_string(),
+        );
+        let containerd = daemon(
+            "containerd",
+            &format!("{bin}/containerd"),
+            &["--config", "/etc/containerd/config.toml"],
+        );
+        let socket = Path::new("/run/containerd/containerd.sock");
+        wait_for("containerd's socket", Duration::from_secs(120), || {
+            socket.exists()
+        });
+        let images = binary("PALISADE_NODE_IMAGES");
+        for entry in std::fs::read_dir(&images).unwrap() {
+            let archive = entry.unwrap().path();
+            let out = Command::new(format!("{bin}/ctr"))
+                .args(["--namespace", "k8s.io", "images", "import"])
+                .arg(&archive)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "importing {}: {}{}",
+                archive.display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+
+        let name = this_kernels("node");
+        // The kubelet reads the users (user namespaces' mappings) and the machine's id;
+        // containerd gives each pod a copy of the node's hosts file.
+        write("/etc/hosts", "127.0.0.1 localhost\n");
+        write("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n");
+        write("/etc/group", "root:x:0:\n");
+        write("/etc/machine-id", "0123456789abcdef0123456789abcdef\n");
+        write(
+            "/etc/kubernetes/kubelet.yaml",
+            &json!({
+                "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                "kind": "KubeletConfiguration",
+                "cgroupDriver": "cgroupfs",
+                "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+                "failSwapOn": false,
+                // The API server cannot reach the kubelet's port (the VM's network is QEMU's user
+                // network): nothing calls it, and it only listens on loopback.
+                "address": "127.0.0.1",
+                "authentication": {"anonymous": {"enabled": false}, "webhook": {"enabled": false}},
+                "authorization": {"mode": "AlwaysAllow"},
+                "resolvConf": "",
+                // A RAM-backed node: the defaults would evict pods at once.
+                "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%",
+                                 "imagefs.available": "1%"},
+                "imageGCHighThresholdPercent": 100,
+                "imageGCLowThresholdPercent": 99,
+                "registerNode": true,
+            })
+            .to_string(),
+        );
+        let kubeconfig = binary("PALISADE_NODE_KUBECONFIG");
+        let kubelet = daemon(
+            "kubelet",
+            &format!("{bin}/kubelet"),
+            &[
+                "--config=/etc/kubernetes/kubelet.yaml",
+                &format!("--kubeconfig={}", kubeconfig.display()),
+                &format!("--hostname-override={name}"),
+                "--node-ip=10.0.2.15",
+                "--v=2",
+            ],
+        );
+        TheNode {
+            name,
+            daemons: Mutex::new(vec![("containerd", containerd), ("kubelet", kubelet)]),
+        }
+    })
+}
+
+/// Polls `done` every 250 ms for up to `limit`; panics with the daemons' logs when it never holds.
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while !done() {
+        if started.elapsed() > limit {
+            panic!(
+                "timed out waiting for {what}\n--- containerd\n{}\n--- kubelet\n{}",
+                tail(&log("containerd")),
+                tail(&log("kubelet"))
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The end of a log, its lines cut in pieces the VM's console shows whole.
+fn tail(text: &str) -> String {
+    let lines: Vec<String> = text
+        .lines()
+        .flat_map(|line| {
+            let chars: Vec<char> = line.chars().collect();
+            chars
+                .chunks(250)
+                .map(|piece| piece.iter().collect::<String>())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
+}
+
+/// The nodes group's rights (the `system:node` role), which the Node authorizer gives where it
+/// runs; the test API server authorizes with RBAC only.
+async fn grant_node_rights(client: &Client) {
+    Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(client.clone())
+        .patch(
+            "palisade-test-nodes",
+            &PatchParams::apply("palisade-node-test").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "palisade-test-nodes"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "system:node"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                              "name": "system:nodes"}],
+            })),
+        )
+        .await
+        .expect("binding system:node to the nodes");
+}
+
+async fn ready(client: &Client, name: &str) -> bool {
+    let Ok(node) = Api::<Node>::all(client.clone()).get(name).await else {
+        return false;
+    };
+    node.status
+        .and_then(|status| status.conditions)
+        .unwrap_or_default()
+        .iter()
+        .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+}
+
+/// Asks `check` every 250 ms until it holds; panics with the daemons' logs after `limit`, or at
+/// once when one of them has exited.
+async fn eventually_on_node<T>(
+    node: &TheNode,
+    what: &str,
+    limit: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        node.check_running();
+        if started.elapsed() > limit {
+            panic!(
+                "timed out waiting for {what}\n--- containerd\n{}\n--- kubelet\n{}",
+                tail(&log("containerd")),
+                tail(&log("kubelet"))
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[test]
+fn the_kubelet_registers_the_node_and_runs_a_pod_from_a_local_image() {
+    block_on(async {
+        let client = admin().await;
+        grant_node_rights(&client).await;
+        let node = the_node();
+        eventually_on_node(
+            node,
+            "the node to be Ready",
+            Duration::from_secs(300),
+            async || ready(&client, &node.name).await.then_some(()),
+        )
+        .await;
+        let ns = node.name.clone();
+        namespace(&client, &ns, &[]).await;
+        let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+        let _ = pods.delete("hello", &DeleteParams::default()).await;
+        pods.create(
+            &Default::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "hello"},
+                "spec": {
+                    "nodeName": node.name,
+                    "automountServiceAccountToken": false,
+                    "restartPolicy": "Never",
+                    "containers": [{
+                        "name": "main",
+                        "image": BUSYBOX_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["/bin/busybox", "sh", "-c",
+                                    "/bin/busybox ip -4 addr show eth0 | /bin/busybox grep -q 'inet 10.88.' && echo hello from the pod network"],
+                    }],
+                },
+            }))
+            .unwrap(),
+        )
+        .await
+        .expect("creating a pod");
+        let phase = eventually_on_node(
+            node,
+            "the pod to finish",
+            Duration::from_secs(300),
+            async || {
+                let pod = pods.get("hello").await.ok()?;
+                let phase = pod.status?.phase?;
+                matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+            },
+        )
+        .await;
+        // The API server cannot reach the kubelet for logs: the kubelet's files have them.
+        let logs = pod_logs(&ns, "hello", "main");
+        assert_eq!(phase, "Succeeded", "the pod failed: {logs}");
+        assert!(logs.contains("hello from the pod network"), "{logs}");
+        pods.delete("hello", &DeleteParams::default())
+            .await
+            .expect("deleting the pod");
+    });
+}
+
+/// What `container` of pod `name` printed, from the kubelet's log files.
+fn pod_logs(namespace: &str, name: &str, container: &str) -> String {
+    let prefix = format!("{namespace}_{name}_");
+    std::fs::read_dir("/var/log/pods")
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with(&prefix))
+        .filter_map(|entry| {
+            std::fs::read_to_string(entry.path().join(container).join("0.log")).ok()
+        })
+        .collect()
+}
