@@ -247,6 +247,41 @@ async fn grant_node_rights(client: &Client) {
         .expect("binding system:node to the nodes");
 }
 
+/// Deletes the nodes earlier boots registered (one per kernel, each gone with its VM), so that
+/// nothing is scheduled or counted on them.
+async fn forget_other_nodes(client: &Client) {
+    let nodes = Api::<Node>::all(client.clone());
+    let this = this_kernels("node");
+    for node in nodes
+        .list(&Default::default())
+        .await
+        .expect("listing nodes")
+    {
+        let name = node.metadata.name.unwrap_or_default();
+        if name.starts_with("node-") && name != this {
+            nodes
+                .delete(&name, &DeleteParams::default())
+                .await
+                .expect("deleting an earlier boot's node");
+        }
+    }
+}
+
+/// Deletes pod `name` at once (its containers stop with the grace of none) and waits until it
+/// is gone; a pod an earlier run left is removed the same way.
+async fn remove_pod(pods: &Api<Pod>, name: &str) {
+    let _ = pods
+        .delete(name, &DeleteParams::default().grace_period(0))
+        .await;
+    for _ in 0..600 {
+        if pods.get_opt(name).await.expect("reading a pod").is_none() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("pod {name} still exists 60 s after its deletion");
+}
+
 async fn ready(client: &Client, name: &str) -> bool {
     let Ok(node) = Api::<Node>::all(client.clone()).get(name).await else {
         return false;
@@ -288,6 +323,7 @@ fn the_kubelet_registers_the_node_and_runs_a_pod_from_a_local_image() {
     block_on(async {
         let client = admin().await;
         grant_node_rights(&client).await;
+        forget_other_nodes(&client).await;
         let node = the_node();
         eventually_on_node(
             node,
@@ -299,7 +335,7 @@ fn the_kubelet_registers_the_node_and_runs_a_pod_from_a_local_image() {
         let ns = node.name.clone();
         namespace(&client, &ns, &[]).await;
         let pods = Api::<Pod>::namespaced(client.clone(), &ns);
-        let _ = pods.delete("hello", &DeleteParams::default()).await;
+        remove_pod(&pods, "hello").await;
         pods.create(
             &Default::default(),
             &serde_json::from_value(json!({
@@ -338,9 +374,7 @@ fn the_kubelet_registers_the_node_and_runs_a_pod_from_a_local_image() {
         let logs = pod_logs(&ns, "hello", "main");
         assert_eq!(phase, "Succeeded", "the pod failed: {logs}");
         assert!(logs.contains("hello from the pod network"), "{logs}");
-        pods.delete("hello", &DeleteParams::default())
-            .await
-            .expect("deleting the pod");
+        remove_pod(&pods, "hello").await;
     });
 }
 
