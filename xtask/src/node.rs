@@ -8,6 +8,11 @@ use serde_json::json;
 
 use crate::{debian, image, kube};
 
+/// The images the node suite imports, by name (the test reads them from PALISADE_PAUSE_IMAGE and
+/// PALISADE_BUSYBOX_IMAGE).
+pub const PAUSE_IMAGE: &str = "palisade.test/pause:1";
+pub const BUSYBOX_IMAGE: &str = "palisade.test/busybox:1";
+
 /// (name in the VM, file) of the node's executables.
 pub fn binaries() -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
     let containerd = debian::unpacked("containerd")?.join("usr/bin");
@@ -38,14 +43,14 @@ pub fn images(dir: &Path) -> anyhow::Result<Vec<(PathBuf, String)>> {
     let images = [
         (
             "pause",
-            "palisade.test/pause:1",
+            PAUSE_IMAGE,
             // A sandbox's first process: waits, and ends on SIGTERM.
             json!({"Entrypoint": ["/bin/busybox", "sh", "-c",
                 "trap 'exit 0' TERM INT; while :; do /bin/busybox sleep 3600 & wait; done"]}),
         ),
         (
             "busybox",
-            "palisade.test/busybox:1",
+            BUSYBOX_IMAGE,
             json!({"Cmd": ["/bin/busybox", "sh"]}),
         ),
     ];

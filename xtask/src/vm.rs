@@ -233,10 +233,13 @@ pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> a
             "{network}\n\
              ip route add default via 10.0.2.2\n\
              PALISADE_NODE_BIN=/palisade/bin PALISADE_NODE_IMAGES=/palisade/images \
+             PALISADE_PAUSE_IMAGE={} PALISADE_BUSYBOX_IMAGE={} \
              KUBECONFIG=/palisade/kube/admin.kubeconfig \
              PALISADE_NODE_KUBECONFIG=/palisade/kube/node.kubeconfig \
              RUST_BACKTRACE=1 /palisade/bin/node --test-threads=1 {}\n\
              {}",
+            node::PAUSE_IMAGE,
+            node::BUSYBOX_IMAGE,
             filter.unwrap_or_default(),
             report_results()
         );

@@ -22,9 +22,11 @@ use palisade_kernel_tests::{binary, block_on, this_kernels};
 use palisade_kube_tests::{admin, namespace};
 use serde_json::json;
 
-/// The images `cargo xtask vm-test` builds, as the archives name them.
-const PAUSE_IMAGE: &str = "palisade.test/pause:1";
-const BUSYBOX_IMAGE: &str = "palisade.test/busybox:1";
+/// An image `cargo xtask vm-test` builds and the VM imports, by the variable that names it.
+fn image(variable: &str) -> String {
+    std::env::var(variable)
+        .unwrap_or_else(|_| panic!("{variable} must be set (run in the VM harness)"))
+}
 
 /// Starts `program` with its output in /tmp/NAME.log.
 fn daemon(name: &str, program: &str, args: &[&str]) -> Child {
@@ -86,7 +88,7 @@ fn the_node() -> &'static TheNode {
             &format!(
                 r#"version = 2
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{PAUSE_IMAGE}"
+  sandbox_image = "{pause}"
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -99,7 +101,8 @@ fn the_node() -> &'static TheNode {
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{bin}"
     conf_dir = "/etc/cni/net.d"
-"#
+"#,
+                pause = image("PALISADE_PAUSE_IMAGE"),
             ),
         );
         write(
@@ -121,15 +124,29 @@ fn the_node() -> &'static TheNode {
             })
             .to_string(),
         );
-        let containerd = daemon(
+        let mut containerd = daemon(
             "containerd",
             &format!("{bin}/containerd"),
             &["--config", "/etc/containerd/config.toml"],
         );
         let socket = Path::new("/run/containerd/containerd.sock");
-        wait_for("containerd's socket", Duration::from_secs(120), || {
-            socket.exists()
-        });
+        for _ in 0..480 {
+            if socket.exists() {
+                break;
+            }
+            if let Some(status) = containerd.try_wait().unwrap() {
+                panic!(
+                    "containerd exited ({status}):\n{}",
+                    tail(&log("containerd"))
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        assert!(
+            socket.exists(),
+            "containerd has no socket after 120 s:\n{}",
+            tail(&log("containerd"))
+        );
         let images = binary("PALISADE_NODE_IMAGES");
         for entry in std::fs::read_dir(&images).unwrap() {
             let archive = entry.unwrap().path();
@@ -194,21 +211,6 @@ fn the_node() -> &'static TheNode {
             daemons: Mutex::new(vec![("containerd", containerd), ("kubelet", kubelet)]),
         }
     })
-}
-
-/// Polls `done` every 250 ms for up to `limit`; panics with the daemons' logs when it never holds.
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let started = std::time::Instant::now();
-    while !done() {
-        if started.elapsed() > limit {
-            panic!(
-                "timed out waiting for {what}\n--- containerd\n{}\n--- kubelet\n{}",
-                tail(&log("containerd")),
-                tail(&log("kubelet"))
-            );
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 /// The end of a log, its lines cut in pieces the VM's console shows whole.
@@ -348,7 +350,7 @@ fn the_kubelet_registers_the_node_and_runs_a_pod_from_a_local_image() {
                     "restartPolicy": "Never",
                     "containers": [{
                         "name": "main",
-                        "image": BUSYBOX_IMAGE,
+                        "image": image("PALISADE_BUSYBOX_IMAGE"),
                         "imagePullPolicy": "Never",
                         "command": ["/bin/busybox", "sh", "-c",
                                     "/bin/busybox ip -4 addr show eth0 | /bin/busybox grep -q 'inet 10.88.' && echo hello from the pod network"],
