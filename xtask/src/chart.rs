@@ -52,18 +52,17 @@ pub fn check(server: &ApiServer, chart: &Path, examples: &Path) -> anyhow::Resul
     write_schemas(&server.get("/openapi/v2")?, &chart.join("crds"), &schemas)?;
     let options = options();
     for combination in 0..1u32 << options.len() {
-        let args: Vec<&str> = options
+        let chosen: Vec<&(&str, Vec<String>)> = options
             .iter()
             .enumerate()
             .filter(|(index, _)| combination & (1 << index) != 0)
-            .flat_map(|(_, (_, args))| args.iter().map(String::as_str))
+            .map(|(_, option)| option)
             .collect();
-        let on: Vec<&str> = options
+        let args: Vec<&str> = chosen
             .iter()
-            .enumerate()
-            .filter(|(index, _)| combination & (1 << index) != 0)
-            .map(|(_, (name, _))| *name)
+            .flat_map(|(_, args)| args.iter().map(String::as_str))
             .collect();
+        let on: Vec<&str> = chosen.iter().map(|(name, _)| *name).collect();
         run(Command::new(tool("helm")?)
             .args(["lint", "--strict", "--namespace", NAMESPACE])
             .arg(chart)

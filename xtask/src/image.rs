@@ -157,19 +157,15 @@ pub fn pack(
         std::fs::write(layout.join("blobs/sha256").join(name), blob)?;
     }
     // `docker load` without containerd's image store reads manifest.json (as `docker save`
-    // writes it beside the OCI layout); every other tool reads the layout.
+    // writes it beside the OCI layout's files); every other tool reads the layout.
     let blob = |bytes: &[u8]| format!("blobs/sha256/{}", &sha256(bytes)["sha256:".len()..]);
     let docker_manifest = serde_json::to_vec(&json!([{
         "Config": blob(&config),
         "RepoTags": [reference],
         "Layers": [blob(&layer)],
     }]))?;
-    let archive_dir = archive.with_extension("partial");
-    let _ = std::fs::remove_dir_all(&archive_dir);
-    copy_tree(layout, &archive_dir)?;
-    std::fs::write(archive_dir.join("manifest.json"), docker_manifest)?;
-    std::fs::write(archive, tar_of(&archive_dir)?)?;
-    std::fs::remove_dir_all(&archive_dir)?;
+    std::fs::write(layout.join("manifest.json"), docker_manifest)?;
+    std::fs::write(archive, tar_of(layout)?)?;
     Ok(Image {
         layout: layout.to_path_buf(),
         archive: archive.to_path_buf(),
@@ -180,20 +176,6 @@ pub fn pack(
 /// The image's name and tag.
 pub fn reference() -> String {
     format!("{REPOSITORY}:{VERSION}")
-}
-
-fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let path = entry?.path();
-        let target = to.join(path.file_name().expect("a directory entry has a name"));
-        if path.is_dir() {
-            copy_tree(&path, &target)?;
-        } else {
-            std::fs::copy(&path, &target)?;
-        }
-    }
-    Ok(())
 }
 
 fn sha256(bytes: &[u8]) -> String {
