@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes test tools from the Go module proxy: etcd, kube-apiserver, the kubelet
-# (a node in the test VM), helm and kubeconform, into ~/.cache/palisade/kube/bin (or
+# Builds the Kubernetes test tools from the Go module proxy: etcd, the control plane
+# (kube-apiserver, kube-controller-manager, kube-scheduler), the kubelet (a node in the test VM),
+# helm and kubeconform, into ~/.cache/palisade/kube/bin (or
 # $PALISADE_KUBE_BIN). A tool already built at the pinned version is kept, so only a cold cache
 # pays for the builds.
 set -euo pipefail
@@ -43,7 +44,7 @@ if fresh etcd "$etcd_version"; then
 fi
 
 # The Kubernetes binaries, built together (one build shares their packages).
-kube_binaries=(kube-apiserver kubelet)
+kube_binaries=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
 stale=()
 for binary in "${kube_binaries[@]}"; do
   fresh "$binary" "$kube_version" && stale+=("$binary")

@@ -18,7 +18,7 @@ struct Cli {
 enum Command {
     /// Enforce every policy file in a directory, following its changes. Enforcement is pinned
     /// in the kernel: it goes on when the agent stops, and a restarted agent takes it over.
-    Agent(cmd::daemon::AgentArgs),
+    Agent(Box<cmd::daemon::AgentArgs>),
     /// Run one command in a fresh cgroup under a policy; exits with the command's status.
     Run {
         #[arg(long, value_name = "FILE")]
@@ -102,7 +102,7 @@ fn main() -> ExitCode {
             small_pages_only();
             runtime()
                 .map_err(Into::into)
-                .and_then(|rt| rt.block_on(cmd::daemon::run(args)))
+                .and_then(|rt| rt.block_on(cmd::daemon::run(*args)))
                 .map(|()| ExitCode::SUCCESS)
         }
         Command::Run {

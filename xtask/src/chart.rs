@@ -29,6 +29,7 @@ fn options() -> Vec<(&'static str, Vec<String>)> {
         ("prometheusRule", set(&["prometheusRule.enabled=true"])),
         ("dashboard", set(&["dashboard.enabled=true"])),
         ("bpfStats", set(&["agent.bpfStats=true"])),
+        ("pod network", set(&["hostNetwork=false"])),
         (
             "an existing service account",
             set(&[

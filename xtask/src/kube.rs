@@ -1,7 +1,8 @@
-//! A real Kubernetes control plane for tests: etcd and kube-apiserver on loopback (built by
-//! scripts/kube-tools.sh), with certificates made here, and the chart installed into it with
-//! helm (after a server-side dry run). `cargo xtask kube-test` checks the chart (chart.rs), installs
-//! it and runs the Kubernetes suite against this API server.
+//! A real Kubernetes control plane for tests: etcd, kube-apiserver, and the controllers and the
+//! scheduler a node's pods need, on loopback (built by scripts/kube-tools.sh), with certificates
+//! made here, and the chart installed into it with helm (after a server-side dry run). `cargo
+//! xtask kube-test` checks the chart (chart.rs), installs it and runs the Kubernetes suite
+//! against this API server.
 
 use std::{
     net::TcpListener,
@@ -42,7 +43,12 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// etcd and kube-apiserver, stopped when dropped.
+/// A process's output: DIR/NAME.log.
+fn log_file(dir: &Path, name: &str) -> anyhow::Result<Stdio> {
+    Ok(std::fs::File::create(dir.join(format!("{name}.log")))?.into())
+}
+
+/// The control plane, stopped when dropped.
 pub struct ApiServer {
     pub dir: PathBuf,
     pub port: u16,
@@ -173,9 +179,7 @@ impl ApiServer {
             .arg(dir.join("sa.pub")))?;
 
         let (etcd_port, peer_port, port) = (free_port()?, free_port()?, free_port()?);
-        let log = |name: &str| -> anyhow::Result<Stdio> {
-            Ok(std::fs::File::create(dir.join(format!("{name}.log")))?.into())
-        };
+        let log = |name: &str| log_file(&dir, name);
         let mut server = Self {
             dir: dir.clone(),
             port,
@@ -229,8 +233,6 @@ impl ApiServer {
                 .args(["--service-cluster-ip-range", "10.0.0.0/24"])
                 .args(["--authorization-mode", "RBAC"])
                 .args(["--endpoint-reconciler-type", "none"])
-                // No controller-manager makes service accounts' tokens or default accounts.
-                .arg("--disable-admission-plugins=ServiceAccount")
                 .stdout(log("kube-apiserver")?)
                 .stderr(log("kube-apiserver")?)
                 .spawn()
@@ -252,7 +254,40 @@ impl ApiServer {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
+        server.start_controllers()?;
         Ok(server)
+    }
+
+    /// The controllers the tests' objects need (namespaces' `default` service accounts, the CA
+    /// that service account volumes carry, DaemonSets' pods, and the deletion of what an owner
+    /// leaves) and the scheduler (which places DaemonSets' pods), as admin. No other controller:
+    /// the pods of the tests' fake nodes must stay.
+    fn start_controllers(&mut self) -> anyhow::Result<()> {
+        let admin = self.kubeconfig("admin").display().to_string();
+        let log = |name: &str| log_file(&self.dir, name);
+        let controllers = Command::new(tool("kube-controller-manager")?)
+            .args(["--kubeconfig", &admin])
+            .args([
+                "--controllers",
+                "serviceaccount,root-ca-cert-publisher,daemonset,garbagecollector",
+            ])
+            .arg("--root-ca-file")
+            .arg(self.dir.join("ca.crt"))
+            .args(["--leader-elect=false", "--secure-port=0"])
+            .stdout(log("kube-controller-manager")?)
+            .stderr(log("kube-controller-manager")?)
+            .spawn()
+            .context("starting kube-controller-manager")?;
+        self.processes.push(controllers);
+        let scheduler = Command::new(tool("kube-scheduler")?)
+            .args(["--kubeconfig", &admin])
+            .args(["--leader-elect=false", "--secure-port=0"])
+            .stdout(log("kube-scheduler")?)
+            .stderr(log("kube-scheduler")?)
+            .spawn()
+            .context("starting kube-scheduler")?;
+        self.processes.push(scheduler);
+        Ok(())
     }
 
     pub fn kubeconfig(&self, user: &str) -> PathBuf {
@@ -301,9 +336,9 @@ impl ApiServer {
         Ok(helm)
     }
 
-    /// Installs the chart (its CRDs, RBAC, DaemonSet...) as a user would, after a server-side
-    /// dry run.
-    pub fn install_chart(&self, chart: &Path) -> anyhow::Result<()> {
+    /// Installs the chart (its CRDs, RBAC, DaemonSet...) with `values` (helm arguments) as a
+    /// user would, after a server-side dry run.
+    pub fn install_chart(&self, chart: &Path, values: &[&str]) -> anyhow::Result<()> {
         for dry_run in [true, false] {
             let mut helm = self.helm()?;
             helm.args(["install", "palisade"]).arg(chart).args([
@@ -312,6 +347,7 @@ impl ApiServer {
                 "--create-namespace",
                 "--wait=false",
             ]);
+            helm.args(values);
             if dry_run {
                 helm.arg("--dry-run=server");
             }
@@ -327,7 +363,7 @@ pub fn test() -> anyhow::Result<()> {
     let chart = root.join("charts/palisade");
     let server = ApiServer::start(&root.join("target/kube"))?;
     chart::check(&server, &chart, &root.join("examples/kubernetes"))?;
-    server.install_chart(&chart)?;
+    server.install_chart(&chart, &[])?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .args([

@@ -161,7 +161,12 @@ pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> a
     // The Kubernetes tests' API server, on loopback here; the VM reaches it at VM_ADDRESS
     // through QEMU's guestfwd relay (restrict=on: no other packet leaves the VM).
     let server = kube::ApiServer::start(&work_dir("kube")?)?;
-    server.install_chart(&crate::workspace().join("charts/palisade"))?;
+    // The release whose RBAC the kernel suite's agents run with (they start in the VM as the
+    // tests say); its DaemonSet runs on no node: the node suite installs a release of its own.
+    server.install_chart(
+        &crate::workspace().join("charts/palisade"),
+        &["--set", "nodeSelector.palisade\\.test/agents=none"],
+    )?;
     let nic = format!(
         "user,model=e1000,restrict=on,guestfwd=tcp:{}:{}-cmd:/bin/busybox nc 127.0.0.1 {}",
         kube::VM_ADDRESS,
@@ -227,13 +232,14 @@ pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> a
         let dir = work_dir("node")?;
         let node = node::binaries()?;
         let mut files = node::images(&dir)?;
+        files.push(node::chart(&dir)?);
         files.extend(kube_files.iter().cloned());
         files.extend(modules.iter().cloned());
         let body = format!(
             "{network}\n\
              ip route add default via 10.0.2.2\n\
              PALISADE_NODE_BIN=/palisade/bin PALISADE_NODE_IMAGES=/palisade/images \
-             PALISADE_PAUSE_IMAGE={} PALISADE_BUSYBOX_IMAGE={} \
+             PALISADE_PAUSE_IMAGE={} PALISADE_BUSYBOX_IMAGE={} PALISADE_CHART=/palisade/chart.tgz \
              KUBECONFIG=/palisade/kube/admin.kubeconfig \
              PALISADE_NODE_KUBECONFIG=/palisade/kube/node.kubeconfig \
              RUST_BACKTRACE=1 /palisade/bin/node --test-threads=1 {}\n\

@@ -26,7 +26,7 @@ use crate::{
     events::{Deciding, FalcoSink, JsonLines, Rotation, Sink},
     files::PolicyDir,
     http::Endpoints,
-    k8s::{Cluster, Reconciler},
+    k8s::{Cluster, DaemonSetName, Owner, Reconciler},
     metrics::{KernelSnapshot, Metrics},
     policy::Environment,
     rules::RuleHost,
@@ -51,6 +51,12 @@ pub struct AgentArgs {
     /// (credentials from KUBECONFIG, or the pod's service account).
     #[arg(long, conflicts_with = "policy_dir", requires = "node_name")]
     pub kubernetes: bool,
+    /// The DaemonSet that runs this agent, NAMESPACE/NAME: when it is deleted with its pods
+    /// (the chart uninstalled), the stopping agent removes its pinned state and compiled rule
+    /// modules, ending enforcement on this node. While it stays, enforcement stays pinned for
+    /// the agent's next pod.
+    #[arg(long, value_name = "NAMESPACE/NAME", requires = "kubernetes")]
+    pub daemonset: Option<DaemonSetName>,
     /// This node's name (set from the downward API in the DaemonSet).
     #[arg(long, value_name = "NAME", env = "NODE_NAME")]
     pub node_name: Option<String>,
@@ -245,6 +251,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     // Watch before the first read, so that no change can slip in between.
     let (changed_tx, mut changed) = mpsc::channel::<()>(1);
     let mut dir_watcher = None;
+    let mut owner = None;
     let mut source = match &args.policy_dir {
         Some(dir) => {
             let mut watcher = notify::recommended_watcher(move |event| {
@@ -265,6 +272,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             let client = kube::Client::try_default()
                 .await
                 .context("connecting to the Kubernetes API server")?;
+            owner = args
+                .daemonset
+                .as_ref()
+                .map(|daemonset| Owner::watch(client.clone(), daemonset));
             let environment = Environment {
                 node: node.clone(),
                 ..Environment::from_process()
@@ -325,6 +336,16 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     session.stop_events();
     session.report_losses();
     drop(session);
+    // Before the wait for Falcosidekick: the kubelet's grace period is counting.
+    let uninstalling = owner.is_some_and(|owner| owner.uninstalling());
+    if uninstalling {
+        info!("the agent's DaemonSet was deleted with its pods: uninstalling");
+        cleanup(&args.bpffs)?;
+        if args.rules_cache.exists() {
+            std::fs::remove_dir_all(&args.rules_cache)
+                .with_context(|| format!("removing {}", args.rules_cache.display()))?;
+        }
+    }
     if let Some(worker) = falco_worker
         && !worker.finish(FALCO_GRACE).await
     {
@@ -333,9 +354,11 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             FALCO_GRACE.as_secs()
         );
     }
-    info!(
-        "agent stopped; enforcement stays pinned in the kernel (`palisade agent --cleanup` ends it)"
-    );
+    if !uninstalling {
+        info!(
+            "agent stopped; enforcement stays pinned in the kernel (`palisade agent --cleanup` ends it)"
+        );
+    }
     Ok(())
 }
 

@@ -4,10 +4,12 @@
 //! reconcile, which resolves each selected pod to its cgroup and installs its policy (arming
 //! cgroups the kubelet has not created yet), and reports on each policy in its status.
 
+mod owner;
 mod reconcile;
 mod select;
 mod status;
 
+pub use owner::{DaemonSetName, Owner};
 pub use reconcile::{Objects, PolicyKey, PolicyObject, PolicyReport, Reconciler};
 pub use status::{Observed, StatusWriter, observations, status_for};
 

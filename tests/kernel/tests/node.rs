@@ -18,8 +18,9 @@ use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams},
 };
+use palisade_crds::{PalisadePolicy, READY};
 use palisade_kernel_tests::{binary, block_on, this_kernels};
-use palisade_kube_tests::{admin, namespace};
+use palisade_kube_tests::{admin, apply_policy, namespace};
 use serde_json::json;
 
 /// An image `cargo xtask vm-test` builds and the VM imports, by the variable that names it.
@@ -272,9 +273,12 @@ async fn forget_other_nodes(client: &Client) {
 /// Deletes pod `name` at once (its containers stop with the grace of none) and waits until it
 /// is gone; a pod an earlier run left is removed the same way.
 async fn remove_pod(pods: &Api<Pod>, name: &str) {
-    let _ = pods
-        .delete(name, &DeleteParams::default().grace_period(0))
-        .await;
+    delete_pod(pods, name, &DeleteParams::default().grace_period(0)).await;
+}
+
+/// Deletes pod `name` as `params` say and waits until it is gone.
+async fn delete_pod(pods: &Api<Pod>, name: &str, params: &DeleteParams) {
+    let _ = pods.delete(name, params).await;
     for _ in 0..600 {
         if pods.get_opt(name).await.expect("reading a pod").is_none() {
             return;
@@ -320,64 +324,263 @@ async fn eventually_on_node<T>(
     }
 }
 
+/// The node, registered and Ready, and an admin client.
+async fn ready_node() -> (Client, &'static TheNode) {
+    let client = admin().await;
+    grant_node_rights(&client).await;
+    forget_other_nodes(&client).await;
+    let node = the_node();
+    eventually_on_node(
+        node,
+        "the node to be Ready",
+        Duration::from_secs(300),
+        async || ready(&client, &node.name).await.then_some(()),
+    )
+    .await;
+    (client, node)
+}
+
+/// Runs pod `name` of `namespace`, labelled `app`, on the node to its end: busybox's shell runs
+/// `script`. Returns its phase and what it printed; the pod is removed.
+async fn run_pod(
+    client: &Client,
+    node: &TheNode,
+    namespace: &str,
+    (name, app): (&str, &str),
+    script: &str,
+) -> (String, String) {
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace);
+    remove_pod(&pods, name).await;
+    pods.create(
+        &Default::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": app}},
+            "spec": {
+                "nodeName": node.name,
+                "automountServiceAccountToken": false,
+                "restartPolicy": "Never",
+                "containers": [{
+                    "name": "main",
+                    "image": image("PALISADE_BUSYBOX_IMAGE"),
+                    "imagePullPolicy": "Never",
+                    "command": ["/bin/busybox", "sh", "-c", script],
+                }],
+            },
+        }))
+        .unwrap(),
+    )
+    .await
+    .expect("creating a pod");
+    let phase = eventually_on_node(
+        node,
+        &format!("pod {name} to finish"),
+        Duration::from_secs(300),
+        async || {
+            let phase = pods.get(name).await.ok()?.status?.phase?;
+            matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+        },
+    )
+    .await;
+    // The API server cannot reach the kubelet for logs: the kubelet's files have them.
+    let logs = pod_logs(namespace, name, "main");
+    remove_pod(&pods, name).await;
+    (phase, logs)
+}
+
 #[test]
 fn the_kubelet_registers_the_node_and_runs_a_pod_from_a_local_image() {
     block_on(async {
-        let client = admin().await;
-        grant_node_rights(&client).await;
-        forget_other_nodes(&client).await;
-        let node = the_node();
-        eventually_on_node(
-            node,
-            "the node to be Ready",
-            Duration::from_secs(300),
-            async || ready(&client, &node.name).await.then_some(()),
-        )
-        .await;
+        let (client, node) = ready_node().await;
         let ns = node.name.clone();
         namespace(&client, &ns, &[]).await;
-        let pods = Api::<Pod>::namespaced(client.clone(), &ns);
-        remove_pod(&pods, "hello").await;
-        pods.create(
-            &Default::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "hello"},
-                "spec": {
-                    "nodeName": node.name,
-                    "automountServiceAccountToken": false,
-                    "restartPolicy": "Never",
-                    "containers": [{
-                        "name": "main",
-                        "image": image("PALISADE_BUSYBOX_IMAGE"),
-                        "imagePullPolicy": "Never",
-                        "command": ["/bin/busybox", "sh", "-c",
-                                    "/bin/busybox ip -4 addr show eth0 | /bin/busybox grep -q 'inet 10.88.' && echo hello from the pod network"],
-                    }],
-                },
-            }))
-            .unwrap(),
-        )
-        .await
-        .expect("creating a pod");
-        let phase = eventually_on_node(
+        let (phase, logs) = run_pod(
+            &client,
             node,
-            "the pod to finish",
-            Duration::from_secs(300),
+            &ns,
+            ("hello", "hello"),
+            "/bin/busybox ip -4 addr show eth0 | /bin/busybox grep -q 'inet 10.88.' && echo hello from the pod network",
+        )
+        .await;
+        assert_eq!(phase, "Succeeded", "the pod failed: {logs}");
+        assert!(logs.contains("hello from the pod network"), "{logs}");
+    });
+}
+
+/// Runs `helm` with `args` as admin.
+fn helm(args: &[&str]) -> String {
+    let out = Command::new(binary("PALISADE_NODE_BIN").join("helm"))
+        .args(args)
+        .env("HELM_CACHE_HOME", "/tmp/helm/cache")
+        .env("HELM_CONFIG_HOME", "/tmp/helm/config")
+        .env("HELM_DATA_HOME", "/tmp/helm/data")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "helm {args:?}: {text}");
+    text
+}
+
+/// A pod's shell command that writes /srv/secret and reads it back.
+const READ_A_SECRET: &str =
+    "/bin/busybox mkdir /srv && echo s3cret > /srv/secret && /bin/busybox cat /srv/secret";
+
+/// The LSM programs loaded on this machine.
+fn lsm_programs() -> usize {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter(|program| {
+            program.program_type() == aya_obj::generated::bpf_prog_type::BPF_PROG_TYPE_LSM
+        })
+        .count()
+}
+
+/// The chart installed as a user would (the image `cargo xtask image` built, imported into
+/// containerd): the agent pod becomes Ready on the node, a PalisadePolicy denies in the pods it
+/// selects and nowhere else, and uninstalling the chart leaves the node as it was.
+#[test]
+fn the_chart_protects_the_selected_pods_and_uninstalls_cleanly() {
+    block_on(async {
+        let (client, node) = ready_node().await;
+        // One release per kernel's boot (the chart's cluster-wide objects are named after it);
+        // those of earlier boots go, or their agents would come to this node too.
+        let release = this_kernels("palisade");
+        let releases = helm(&["list", "--all-namespaces", "--short"]);
+        for earlier in releases
+            .lines()
+            .filter(|name| name.starts_with("palisade-"))
+        {
+            helm(&["uninstall", earlier, "--namespace", earlier]);
+        }
+        assert_eq!(lsm_programs(), 0, "LSM programs before the install");
+
+        helm(&[
+            "install",
+            &release,
+            &std::env::var("PALISADE_CHART").expect("PALISADE_CHART (run in the VM harness)"),
+            "--namespace",
+            &release,
+            "--create-namespace",
+            "--set",
+            "image.pullPolicy=Never",
+            "--set",
+            "agent.cgroupDriver=cgroupfs",
+            // No kube-proxy here: the agent reaches the API server where the VM does.
+            "--set-json",
+            r#"extraEnv=[{"name":"KUBERNETES_SERVICE_HOST","value":"10.0.2.100"},{"name":"KUBERNETES_SERVICE_PORT","value":"6443"}]"#,
+        ]);
+        let agents = Api::<Pod>::namespaced(client.clone(), &release);
+        let agent = ready_agent(node, &agents, None).await;
+        let agent_logs = |agent: &str| tail(&pod_logs(&release, agent, "agent"));
+        assert!(
+            lsm_programs() > 0,
+            "no LSM program loaded:\n{}",
+            agent_logs(&agent)
+        );
+
+        let ns = this_kernels("guarded");
+        namespace(&client, &ns, &[]).await;
+        apply_policy(
+            &client,
+            &format!(
+                "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: guarded\n  namespace: {ns}\nspec:\n  target:\n    selector: {{matchLabels: {{app: guarded}}}}\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    customRules:\n      files:\n        - name: secret\n          paths: [/srv/secret]\n          permissions: [read]\n          action: deny\n"
+            ),
+        )
+        .await;
+        // The agent has compiled it: what follows is about enforcement, not about the watch.
+        let policies = Api::<PalisadePolicy>::namespaced(client.clone(), &ns);
+        eventually_on_node(
+            node,
+            "the policy to be Ready",
+            Duration::from_secs(120),
             async || {
-                let pod = pods.get("hello").await.ok()?;
-                let phase = pod.status?.phase?;
-                matches!(phase.as_str(), "Succeeded" | "Failed").then_some(phase)
+                let status = policies.get_status("guarded").await.ok()?.status?;
+                status
+                    .conditions
+                    .iter()
+                    .any(|condition| condition.type_ == READY && condition.status == "True")
+                    .then_some(())
             },
         )
         .await;
-        // The API server cannot reach the kubelet for logs: the kubelet's files have them.
-        let logs = pod_logs(&ns, "hello", "main");
-        assert_eq!(phase, "Succeeded", "the pod failed: {logs}");
-        assert!(logs.contains("hello from the pod network"), "{logs}");
-        remove_pod(&pods, "hello").await;
+        let guarded = ("guarded", "guarded");
+        let denied = async |agent: &str| {
+            let (phase, logs) = run_pod(&client, node, &ns, guarded, READ_A_SECRET).await;
+            assert!(
+                phase == "Failed" && logs.contains("/srv/secret': Operation not permitted"),
+                "the selected pod read the secret ({phase}): {logs}\n--- agent\n{}",
+                agent_logs(agent)
+            );
+        };
+        denied(&agent).await;
+        let (phase, logs) = run_pod(&client, node, &ns, ("other", "other"), READ_A_SECRET).await;
+        assert!(
+            phase == "Succeeded" && logs.contains("s3cret"),
+            "another pod ({phase}): {logs}"
+        );
+
+        // An agent stopped while its DaemonSet stays leaves enforcement in place for the next.
+        delete_pod(&agents, &agent, &DeleteParams::default()).await;
+        assert!(lsm_programs() > 0, "the stopped agent's programs went");
+        let agent = ready_agent(node, &agents, Some(&agent)).await;
+        denied(&agent).await;
+
+        helm(&["uninstall", &release, "--namespace", &release]);
+        // The kubelet removes a pod's logs with the pod: keep the last seen.
+        let mut last_logs = String::new();
+        eventually_on_node(
+            node,
+            "the agent's pod to go, and its programs with it",
+            Duration::from_secs(300),
+            async || {
+                let logs = agent_logs(&agent);
+                if !logs.is_empty() {
+                    last_logs = logs;
+                }
+                let left = agents.list(&Default::default()).await.ok()?.items.len();
+                (left == 0 && lsm_programs() == 0).then_some(())
+            },
+        )
+        .await;
+        assert!(
+            !Path::new("/sys/fs/bpf/palisade").exists(),
+            "pinned state left:\n{last_logs}"
+        );
+        let cache: Vec<_> = std::fs::read_dir("/var/cache/palisade").unwrap().collect();
+        assert!(cache.is_empty(), "the agent's cache left: {cache:?}");
+        // The policy is still there, but nothing enforces it.
+        let (phase, logs) = run_pod(&client, node, &ns, guarded, READ_A_SECRET).await;
+        assert!(
+            phase == "Succeeded" && logs.contains("s3cret"),
+            "after the uninstall ({phase}): {logs}"
+        );
     });
+}
+
+/// The name of the release's Ready agent pod (other than `former`).
+async fn ready_agent(node: &TheNode, agents: &Api<Pod>, former: Option<&str>) -> String {
+    eventually_on_node(
+        node,
+        "the agent's pod to be Ready",
+        Duration::from_secs(300),
+        async || {
+            let pods = agents.list(&Default::default()).await.ok()?;
+            pods.items.into_iter().find_map(|pod| {
+                let name = pod.metadata.name?;
+                let conditions = pod.status?.conditions?;
+                let ready = conditions
+                    .iter()
+                    .any(|condition| condition.type_ == "Ready" && condition.status == "True");
+                (ready && Some(name.as_str()) != former).then_some(name)
+            })
+        },
+    )
+    .await
 }
 
 /// What `container` of pod `name` printed, from the kubelet's log files.

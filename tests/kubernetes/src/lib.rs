@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams},
@@ -53,7 +53,8 @@ pub async fn agent_client() -> Client {
     client_from("PALISADE_AGENT_KUBECONFIG").await
 }
 
-/// Creates (or updates) namespace `name` with `labels`.
+/// Creates (or updates) namespace `name` with `labels`; returns once its `default` service
+/// account exists (pods need it, and the controller manager makes it soon after).
 pub async fn namespace(client: &Client, name: &str, labels: &[(&str, &str)]) {
     let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
     Api::<Namespace>::all(client.clone())
@@ -68,6 +69,14 @@ pub async fn namespace(client: &Client, name: &str, labels: &[(&str, &str)]) {
         )
         .await
         .expect("applying a namespace");
+    let accounts = Api::<ServiceAccount>::namespaced(client.clone(), name);
+    eventually("the namespace's default service account", async || {
+        accounts
+            .get_opt("default")
+            .await
+            .expect("reading a service account")
+    })
+    .await;
 }
 
 /// Creates pod `name` bound to `node` with `labels`, as the scheduler leaves it for the
