@@ -17,6 +17,15 @@ use crate::{
     targets::{Enforce, EnforcedSet, Entry, Hierarchy, Placement},
 };
 
+/// A change of the policy directory's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Complete: a file written and closed, renamed, or removed. Reconcile now.
+    Complete,
+    /// A file written to and still open: wait (a bounded time) for its close.
+    Partial,
+}
+
 /// The policy files of a directory and what of them is enforced.
 pub struct PolicyDir {
     dir: PathBuf,
@@ -38,18 +47,27 @@ fn is_policy_file(path: &Path) -> bool {
 }
 
 impl PolicyDir {
-    /// Whether the watcher's `event` may have changed the policies. Opening and reading the
-    /// files, as each reconcile does, changes nothing: woken by its own reads, the agent
-    /// reconciled over and over, its event reader starved. A watcher error may hide a change.
-    pub fn changed_by(event: &notify::Result<notify::Event>) -> bool {
+    /// What the watcher's `event` says of the policies. Opening and reading the files, as each
+    /// reconcile does, changes nothing: woken by its own reads, the agent reconciled over and
+    /// over, its event reader starved. A watcher error may hide any change.
+    pub fn change(event: &notify::Result<notify::Event>) -> Option<Change> {
         use notify::{
             EventKind,
-            event::{AccessKind, AccessMode},
+            event::{AccessKind, AccessMode, CreateKind, ModifyKind},
         };
-        event.as_ref().map_or(true, |event| match event.kind {
-            EventKind::Access(kind) => kind == AccessKind::Close(AccessMode::Write),
-            _ => true,
-        })
+        let Ok(event) = event else {
+            return Some(Change::Complete);
+        };
+        match event.kind {
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => Some(Change::Complete),
+            EventKind::Access(_) => None,
+            // Created or written, but still open: its close (or nothing, for a link) follows.
+            EventKind::Create(CreateKind::File)
+            | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => Some(Change::Partial),
+            // Renamed into or out of the directory (editors' and ConfigMaps' atomic
+            // replacements), removed, or anything else.
+            _ => Some(Change::Complete),
+        }
     }
 
     pub fn new(
@@ -226,28 +244,40 @@ mod tests {
     use crate::targets::FakeKernel;
 
     #[test]
-    fn only_a_change_of_the_directory_wakes_the_agent() {
+    fn only_a_change_of_the_directory_wakes_the_agent_and_a_complete_one_at_once() {
         use notify::{
             Event, EventKind,
-            event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind},
+            event::{
+                AccessKind, AccessMode, CreateKind, DataChange, ModifyKind, RemoveKind, RenameMode,
+            },
         };
-        let changed = |kind| PolicyDir::changed_by(&Ok(Event::new(kind)));
-        assert!(!changed(EventKind::Access(AccessKind::Open(
-            AccessMode::Any
-        ))));
-        assert!(!changed(EventKind::Access(AccessKind::Read)));
-        assert!(!changed(EventKind::Access(AccessKind::Close(
-            AccessMode::Read
-        ))));
-        assert!(changed(EventKind::Access(AccessKind::Close(
-            AccessMode::Write
-        ))));
-        assert!(changed(EventKind::Create(CreateKind::File)));
-        assert!(changed(EventKind::Modify(ModifyKind::Any)));
-        assert!(changed(EventKind::Remove(RemoveKind::File)));
-        assert!(PolicyDir::changed_by(&Err(notify::Error::generic(
-            "queue overflow"
-        ))));
+        let change = |kind| PolicyDir::change(&Ok(Event::new(kind)));
+        for read in [
+            AccessKind::Open(AccessMode::Any),
+            AccessKind::Read,
+            AccessKind::Close(AccessMode::Read),
+        ] {
+            assert_eq!(change(EventKind::Access(read)), None, "{read:?}");
+        }
+        for partial in [
+            EventKind::Create(CreateKind::File),
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            EventKind::Modify(ModifyKind::Any),
+        ] {
+            assert_eq!(change(partial), Some(Change::Partial), "{partial:?}");
+        }
+        for complete in [
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::From)),
+            EventKind::Remove(RemoveKind::File),
+        ] {
+            assert_eq!(change(complete), Some(Change::Complete), "{complete:?}");
+        }
+        assert_eq!(
+            PolicyDir::change(&Err(notify::Error::generic("queue overflow"))),
+            Some(Change::Complete)
+        );
     }
 
     struct Setup {

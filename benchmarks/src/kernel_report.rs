@@ -512,7 +512,7 @@ fn latencies(kernel: &Kernel) -> [(&'static str, Vec<f64>); 2] {
 
 fn latency_table(kernels: &[Kernel]) -> String {
     let mut md = String::from(
-        "\n## Policy apply latency (file change)\n\nFrom writing the policy file to the first read the target was refused (enforce) or allowed again (lift), including the agent's 200 ms settle time.\n\n",
+        "\n## Policy apply latency (file change)\n\nFrom writing the policy file to the first read the target was refused (enforce) or allowed again (lift), the policy file written whole and closed (the agent reconciles at once).\n\n",
     );
     md += &table_head(
         &["kernel", "change"],

@@ -24,7 +24,7 @@ use super::session::{Session, json_sink};
 use crate::{
     bpf::{AuditRate, Enforcer, PinnedState},
     events::{Deciding, FalcoSink, JsonLines, Rotation, Sink},
-    files::PolicyDir,
+    files::{Change, PolicyDir},
     http::Endpoints,
     k8s::{Cluster, DaemonSetName, Owner, Reconciler},
     metrics::{KernelSnapshot, Metrics},
@@ -39,6 +39,8 @@ const RESYNC_INTERVAL: Duration = Duration::from_secs(2);
 /// the event worker or the targets when CPUs are busy: it wins the CPU when it has work and
 /// costs nothing when it has none.
 const CONTROL_NICE: i32 = -10;
+/// How long a policy file being written may stay open before the agent reads it all the same.
+const PARTIAL_WRITE_SETTLE: Duration = Duration::from_millis(200);
 /// How long a stopping agent keeps trying to deliver queued events to Falcosidekick.
 const FALCO_GRACE: Duration = Duration::from_secs(5);
 
@@ -128,32 +130,54 @@ impl AgentArgs {
 
 /// Where policies come from.
 enum Source {
-    Dir(PolicyDir),
+    Dir {
+        policies: PolicyDir,
+        /// Set by the directory's watcher when a change is complete (`Change::Complete`).
+        completed: Arc<AtomicBool>,
+    },
     Kubernetes(Cluster),
 }
 
 impl Source {
     fn reconcile(&mut self, enforcer: &mut impl Enforce) {
         match self {
-            Source::Dir(policies) => policies.reconcile_and_report(enforcer),
+            Source::Dir { policies, .. } => policies.reconcile_and_report(enforcer),
             Source::Kubernetes(cluster) => cluster.reconcile(enforcer),
         }
     }
 
-    /// How long a burst of changes is let settle before reconciling.
-    fn settle_time(&self) -> Duration {
+    /// Lets a burst of changes (the first one received) settle before reconciling, then drops
+    /// the notices of those it gathered.
+    async fn settle(&self, changed: &mut mpsc::Receiver<()>) {
         match self {
-            // Editors write a file in several steps.
-            Source::Dir(_) => Duration::from_millis(200),
+            // A complete change is reconciled at once. A partial one (a file being written)
+            // waits for a complete one, at most PARTIAL_WRITE_SETTLE: a writer may keep a file
+            // open for good.
+            Source::Dir { completed, .. } => {
+                until_complete(completed, changed, PARTIAL_WRITE_SETTLE).await
+            }
             // Watch events are whole objects; this only gathers those that come together.
-            Source::Kubernetes(_) => Duration::from_millis(10),
+            Source::Kubernetes(_) => tokio::time::sleep(Duration::from_millis(10)).await,
         }
+        while changed.try_recv().is_ok() {}
     }
 
     fn all_enforced(&self) -> bool {
         match self {
-            Source::Dir(policies) => policies.all_enforced(),
+            Source::Dir { policies, .. } => policies.all_enforced(),
             Source::Kubernetes(cluster) => cluster.all_enforced(),
+        }
+    }
+}
+
+/// Waits until `completed` is set (taking it back), looking again at every notice on
+/// `changed`, for at most `limit`.
+async fn until_complete(completed: &AtomicBool, changed: &mut mpsc::Receiver<()>, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !completed.swap(false, Ordering::Relaxed) {
+        tokio::select! {
+            Some(()) = changed.recv() => {}
+            _ = tokio::time::sleep_until(deadline) => break,
         }
     }
 }
@@ -254,15 +278,24 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut owner = None;
     let mut source = match &args.policy_dir {
         Some(dir) => {
+            let completed = Arc::new(AtomicBool::new(false));
+            let watcher_completed = completed.clone();
             let mut watcher = notify::recommended_watcher(move |event| {
-                if PolicyDir::changed_by(&event) {
-                    let _ = changed_tx.try_send(());
+                let Some(change) = PolicyDir::change(&event) else {
+                    return;
+                };
+                if change == Change::Complete {
+                    watcher_completed.store(true, Ordering::Relaxed);
                 }
+                let _ = changed_tx.try_send(());
             })?;
             watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
             dir_watcher = Some(watcher);
             info!(dir = %dir.display(), "policies from files");
-            Source::Dir(PolicyDir::new(dir.clone(), cgroups, rule_host, metrics))
+            Source::Dir {
+                policies: PolicyDir::new(dir.clone(), cgroups, rule_host, metrics),
+                completed,
+            }
         }
         None => {
             let node = args
@@ -312,8 +345,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     loop {
         tokio::select! {
             Some(()) = changed.recv() => {
-                tokio::time::sleep(source.settle_time()).await;
-                while changed.try_recv().is_ok() {}
+                source.settle(&mut changed).await;
                 reconcile(&mut source, &mut session.enforcer, &mut retired);
             }
             _ = resync.tick() => {
@@ -399,4 +431,48 @@ pub fn cleanup(bpffs: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("removing the pinned state under {}", bpffs.display()))?;
     info!(state = %bpffs.display(), "pinned state removed: enforcement ended");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::time::Instant;
+
+    use super::*;
+
+    const LIMIT: Duration = Duration::from_millis(200);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_complete_change_is_reconciled_at_once() {
+        let (_notices, mut changed) = mpsc::channel(1);
+        let completed = AtomicBool::new(true);
+        let started = Instant::now();
+        until_complete(&completed, &mut changed, LIMIT).await;
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert!(!completed.load(Ordering::Relaxed), "taken back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_partial_change_waits_for_its_completion_or_the_limit() {
+        let (notices, mut changed) = mpsc::channel(1);
+        let completed = Arc::new(AtomicBool::new(false));
+        let started = Instant::now();
+        until_complete(&completed, &mut changed, LIMIT).await;
+        assert_eq!(started.elapsed(), LIMIT, "a file left open");
+
+        let writer = completed.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            notices.send(()).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            writer.store(true, Ordering::Relaxed);
+            notices.send(()).await.unwrap();
+        });
+        let started = Instant::now();
+        until_complete(&completed, &mut changed, LIMIT).await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(50),
+            "closed after 50 ms"
+        );
+    }
 }

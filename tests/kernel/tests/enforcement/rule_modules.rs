@@ -246,8 +246,8 @@ fn a_module_burning_its_budget_holds_up_neither_endpoints_nor_policies() {
     latencies.sort();
     let p99 = latencies[latencies.len() * 99 / 100 - 1].0;
     let slowest = &latencies[latencies.len() - 10..];
-    // A new policy, enforced while the module burns: the agent waits 200 ms for a burst of
-    // file changes to settle, then reconciles.
+    // A new policy, enforced while the module burns: the agent reconciles once the file is
+    // written and closed.
     let other = file("/tmp/burning/other");
     let written = Instant::now();
     write_policy(
