@@ -1,7 +1,8 @@
 //! A real Kubernetes node in the VM: containerd and runc (Debian's packages), the CNI bridge
 //! plugin, and a kubelet built from the Kubernetes release the test API server runs, registered
 //! to that API server on the host. Images come from OCI archives imported into containerd (no
-//! registry is reachable): the pause image and a busybox image that `cargo xtask vm-test` builds.
+//! registry is reachable): the pause image and a busybox image that `cargo xtask vm-test` builds,
+//! and the agent's image (`cargo xtask image`), which the chart, installed there with helm, runs.
 //!
 //! The node runs for the whole binary (the tests share it); each kernel's boot registers a node
 //! of its own name.
