@@ -7,7 +7,7 @@
 use std::{
     net::TcpListener,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     time::{Duration, Instant},
 };
 
@@ -41,11 +41,6 @@ pub fn tool(name: &str) -> anyhow::Result<PathBuf> {
 
 fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// A process's output: DIR/NAME.log.
-fn log_file(dir: &Path, name: &str) -> anyhow::Result<Stdio> {
-    Ok(std::fs::File::create(dir.join(format!("{name}.log")))?.into())
 }
 
 /// The control plane, stopped when dropped.
@@ -179,65 +174,61 @@ impl ApiServer {
             .arg(dir.join("sa.pub")))?;
 
         let (etcd_port, peer_port, port) = (free_port()?, free_port()?, free_port()?);
-        let log = |name: &str| log_file(&dir, name);
         let mut server = Self {
             dir: dir.clone(),
             port,
             processes: Vec::new(),
         };
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
-        server.processes.push(
-            Command::new(tool("etcd")?)
-                .arg("--data-dir")
-                .arg(dir.join("etcd"))
-                .args([
-                    "--listen-client-urls",
-                    &etcd_url,
-                    "--advertise-client-urls",
-                    &etcd_url,
-                ])
-                .args([
-                    "--listen-peer-urls",
-                    &format!("http://127.0.0.1:{peer_port}"),
-                ])
-                .args([
-                    "--initial-advertise-peer-urls",
-                    &format!("http://127.0.0.1:{peer_port}"),
-                ])
-                .args([
-                    "--initial-cluster",
-                    &format!("default=http://127.0.0.1:{peer_port}"),
-                ])
-                .arg("--unsafe-no-fsync")
-                .stdout(log("etcd")?)
-                .stderr(log("etcd")?)
-                .spawn()
-                .context("starting etcd")?,
-        );
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
         let file = |name: &str| dir.join(name).display().to_string();
-        server.processes.push(
-            Command::new(tool("kube-apiserver")?)
-                .args(["--etcd-servers", &etcd_url])
-                .args([
-                    "--bind-address",
-                    "127.0.0.1",
-                    "--secure-port",
-                    &port.to_string(),
-                ])
-                .args(["--client-ca-file", &file("ca.crt")])
-                .args(["--tls-cert-file", &file("apiserver.crt")])
-                .args(["--tls-private-key-file", &file("apiserver.key")])
-                .args(["--service-account-issuer", "https://kubernetes.default.svc"])
-                .args(["--service-account-key-file", &file("sa.pub")])
-                .args(["--service-account-signing-key-file", &file("sa.key")])
-                .args(["--service-cluster-ip-range", "10.0.0.0/24"])
-                .args(["--authorization-mode", "RBAC"])
-                .args(["--endpoint-reconciler-type", "none"])
-                .stdout(log("kube-apiserver")?)
-                .stderr(log("kube-apiserver")?)
-                .spawn()
-                .context("starting kube-apiserver")?,
-        );
+        server.spawn(
+            "etcd",
+            [
+                "--data-dir",
+                &file("etcd"),
+                "--listen-client-urls",
+                &etcd_url,
+                "--advertise-client-urls",
+                &etcd_url,
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+                "--initial-cluster",
+                &format!("default={peer_url}"),
+                "--unsafe-no-fsync",
+            ],
+        )?;
+        server.spawn(
+            "kube-apiserver",
+            [
+                "--etcd-servers",
+                &etcd_url,
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                &port.to_string(),
+                "--client-ca-file",
+                &file("ca.crt"),
+                "--tls-cert-file",
+                &file("apiserver.crt"),
+                "--tls-private-key-file",
+                &file("apiserver.key"),
+                "--service-account-issuer",
+                "https://kubernetes.default.svc",
+                "--service-account-key-file",
+                &file("sa.pub"),
+                "--service-account-signing-key-file",
+                &file("sa.key"),
+                "--service-cluster-ip-range",
+                "10.0.0.0/24",
+                "--authorization-mode",
+                "RBAC",
+                "--endpoint-reconciler-type",
+                "none",
+            ],
+        )?;
         for user in ["admin", "agent", "node"] {
             std::fs::write(
                 dir.join(format!("{user}.kubeconfig")),
@@ -264,29 +255,41 @@ impl ApiServer {
     /// the pods of the tests' fake nodes must stay.
     fn start_controllers(&mut self) -> anyhow::Result<()> {
         let admin = self.kubeconfig("admin").display().to_string();
-        let log = |name: &str| log_file(&self.dir, name);
-        let controllers = Command::new(tool("kube-controller-manager")?)
-            .args(["--kubeconfig", &admin])
-            .args([
+        let root_ca = self.dir.join("ca.crt").display().to_string();
+        self.spawn(
+            "kube-controller-manager",
+            [
+                "--kubeconfig",
+                &admin,
                 "--controllers",
                 "serviceaccount,root-ca-cert-publisher,daemonset,garbagecollector",
-            ])
-            .arg("--root-ca-file")
-            .arg(self.dir.join("ca.crt"))
-            .args(["--leader-elect=false", "--secure-port=0"])
-            .stdout(log("kube-controller-manager")?)
-            .stderr(log("kube-controller-manager")?)
+                "--root-ca-file",
+                &root_ca,
+                "--leader-elect=false",
+                "--secure-port=0",
+            ],
+        )?;
+        self.spawn(
+            "kube-scheduler",
+            [
+                "--kubeconfig",
+                &admin,
+                "--leader-elect=false",
+                "--secure-port=0",
+            ],
+        )
+    }
+
+    /// Starts tool `name` with `args`, its output in DIR/NAME.log; it stops with the server.
+    fn spawn<const N: usize>(&mut self, name: &str, args: [&str; N]) -> anyhow::Result<()> {
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
+        let process = Command::new(tool(name)?)
+            .args(args)
+            .stdout(log.try_clone()?)
+            .stderr(log)
             .spawn()
-            .context("starting kube-controller-manager")?;
-        self.processes.push(controllers);
-        let scheduler = Command::new(tool("kube-scheduler")?)
-            .args(["--kubeconfig", &admin])
-            .args(["--leader-elect=false", "--secure-port=0"])
-            .stdout(log("kube-scheduler")?)
-            .stderr(log("kube-scheduler")?)
-            .spawn()
-            .context("starting kube-scheduler")?;
-        self.processes.push(scheduler);
+            .with_context(|| format!("starting {name}"))?;
+        self.processes.push(process);
         Ok(())
     }
 
