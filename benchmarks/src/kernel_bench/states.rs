@@ -9,7 +9,8 @@ use palisade_crds::rules::RULES;
 use super::{
     Settings, micro,
     system::{
-        Agent, Cgroups, Floor, TARGET, bench_command, cleanup, clear_policies, output, program_runs,
+        Agent, Cgroups, Floor, TARGET, bench_command, cleanup, clear_policies, output,
+        program_runs, settle,
     },
     workloads,
 };
@@ -136,7 +137,8 @@ impl Drop for Background {
     }
 }
 
-/// Brings the kernel into `state` (the agent running from S1 on), runs `measure` there.
+/// Brings the kernel into `state` (the agent running from S1 on), runs `measure` there once
+/// the guest is idle.
 fn visit(
     cgroups: &Cgroups,
     state: &str,
@@ -144,9 +146,13 @@ fn visit(
     mut measure: impl FnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     match state {
-        "S0" => measure(),
+        "S0" => {
+            settle()?;
+            measure()
+        }
         "floor" => {
             let _floor = Floor::attach()?;
+            settle()?;
             measure()
         }
         _ => {
@@ -157,6 +163,7 @@ fn visit(
             if let Some(policy) = state_policy(state) {
                 agent.apply(&[("bench.yaml".to_owned(), policy)])?;
             }
+            settle()?;
             let _background = Background::start(cgroups, state)?;
             measure()
         }

@@ -140,6 +140,40 @@ fn http_get(path: &str) -> anyhow::Result<(u16, String)> {
     Ok((status, body.to_owned()))
 }
 
+/// The guest's CPU time so far, in clock ticks: (busy, all).
+fn cpu_ticks() -> anyhow::Result<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("cpu "))
+        .context("no cpu line in /proc/stat")?
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let all = ticks.iter().sum();
+    // idle and iowait are the 4th and 5th.
+    let idle = ticks.get(3).copied().unwrap_or(0) + ticks.get(4).copied().unwrap_or(0);
+    Ok((all - idle, all))
+}
+
+/// Waits until the guest has been idle for two 100-ms slices in a row: work the kernel does
+/// after a state ends (freeing an agent's maps and programs is deferred to workqueues and RCU
+/// callbacks) would otherwise be counted in the next state's time.
+pub fn settle() -> anyhow::Result<()> {
+    let mut idle_slices = 0;
+    let mut before = cpu_ticks()?;
+    wait_for("the guest idle", Duration::from_secs(120), || {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = cpu_ticks()?;
+        let (busy, all) = (now.0 - before.0, now.1 - before.1);
+        before = now;
+        // At most 2% busy: this process's own reads.
+        idle_slices = if busy * 50 <= all { idle_slices + 1 } else { 0 };
+        Ok(idle_slices >= 2)
+    })
+}
+
 /// Polls `done` every 20 ms for up to `limit`.
 pub fn wait_for(
     what: &str,
