@@ -21,10 +21,22 @@ static __always_inline __u32 open_perms(struct file *file)
 	return perms;
 }
 
-SEC("lsm/file_open")
-int TARGET_HOOK(file_open, struct file *file, int ret)
+/*
+ * Whether `file` is overlayfs's open of the layer's file behind an overlay file, made under the
+ * overlay file's path (open_with_fake_path, 6.1): a repeat, for the same task and access, of the
+ * open decided a moment before; deciding it again would report it twice. Only such a file has a
+ * path that does not lead to its inode. (6.12's backing files carry the layer's own path and are
+ * decided by it.)
+ */
+static __always_inline int under_another_files_path(struct file *file)
 {
-	if (ret)
+	return BPF_CORE_READ(file, f_path.dentry, d_inode) != file->f_inode;
+}
+
+SEC("lsm/file_open")
+int BPF_PROG(file_open, struct file *file, int ret)
+{
+	if (ret || under_another_files_path(file))
 		return ret;
 	return check_file(file, PALISADE_HOOK_FILE_OPEN, open_perms(file));
 }
@@ -34,7 +46,7 @@ int TARGET_HOOK(file_open, struct file *file, int ret)
  * if the task had opened it with the same access.
  */
 SEC("lsm/file_receive")
-int TARGET_HOOK(file_receive, struct file *file, int ret)
+int BPF_PROG(file_receive, struct file *file, int ret)
 {
 	if (ret)
 		return ret;
@@ -42,7 +54,7 @@ int TARGET_HOOK(file_receive, struct file *file, int ret)
 }
 
 SEC("lsm/path_truncate")
-int TARGET_HOOK(path_truncate, const struct path *path, int ret)
+int BPF_PROG(path_truncate, const struct path *path, int ret)
 {
 	if (ret)
 		return ret;
@@ -51,7 +63,7 @@ int TARGET_HOOK(path_truncate, const struct path *path, int ret)
 }
 
 SEC("lsm/path_unlink")
-int TARGET_HOOK(path_unlink, const struct path *dir, struct dentry *dentry, int ret)
+int BPF_PROG(path_unlink, const struct path *dir, struct dentry *dentry, int ret)
 {
 	if (ret)
 		return ret;
@@ -59,7 +71,7 @@ int TARGET_HOOK(path_unlink, const struct path *dir, struct dentry *dentry, int 
 }
 
 SEC("lsm/path_rmdir")
-int TARGET_HOOK(path_rmdir, const struct path *dir, struct dentry *dentry, int ret)
+int BPF_PROG(path_rmdir, const struct path *dir, struct dentry *dentry, int ret)
 {
 	if (ret)
 		return ret;
@@ -68,7 +80,7 @@ int TARGET_HOOK(path_rmdir, const struct path *dir, struct dentry *dentry, int r
 
 /* Also called for open with O_CREAT of a missing file (may_o_create), before it exists. */
 SEC("lsm/path_mknod")
-int TARGET_HOOK(path_mknod, const struct path *dir, struct dentry *dentry, unsigned short mode,
+int BPF_PROG(path_mknod, const struct path *dir, struct dentry *dentry, unsigned short mode,
 	     unsigned int dev, int ret)
 {
 	if (ret)
@@ -77,7 +89,7 @@ int TARGET_HOOK(path_mknod, const struct path *dir, struct dentry *dentry, unsig
 }
 
 SEC("lsm/path_mkdir")
-int TARGET_HOOK(path_mkdir, const struct path *dir, struct dentry *dentry, unsigned short mode,
+int BPF_PROG(path_mkdir, const struct path *dir, struct dentry *dentry, unsigned short mode,
 	     int ret)
 {
 	if (ret)
@@ -86,7 +98,7 @@ int TARGET_HOOK(path_mkdir, const struct path *dir, struct dentry *dentry, unsig
 }
 
 SEC("lsm/path_symlink")
-int TARGET_HOOK(path_symlink, const struct path *dir, struct dentry *dentry, const char *old_name,
+int BPF_PROG(path_symlink, const struct path *dir, struct dentry *dentry, const char *old_name,
 	     int ret)
 {
 	if (ret)
@@ -95,7 +107,7 @@ int TARGET_HOOK(path_symlink, const struct path *dir, struct dentry *dentry, con
 }
 
 SEC("lsm/path_link")
-int TARGET_HOOK(path_link, struct dentry *old_dentry, const struct path *new_dir,
+int BPF_PROG(path_link, struct dentry *old_dentry, const struct path *new_dir,
 	     struct dentry *new_dentry, int ret)
 {
 	if (ret)
@@ -109,7 +121,7 @@ int TARGET_HOOK(path_link, struct dentry *old_dentry, const struct path *new_dir
 }
 
 SEC("lsm/path_rename")
-int TARGET_HOOK(path_rename, const struct path *old_dir, struct dentry *old_dentry,
+int BPF_PROG(path_rename, const struct path *old_dir, struct dentry *old_dentry,
 	     const struct path *new_dir, struct dentry *new_dentry, unsigned int flags, int ret)
 {
 	if (ret)
@@ -123,7 +135,7 @@ int TARGET_HOOK(path_rename, const struct path *old_dir, struct dentry *old_dent
 }
 
 SEC("lsm/path_chmod")
-int TARGET_HOOK(path_chmod, const struct path *path, unsigned short mode, int ret)
+int BPF_PROG(path_chmod, const struct path *path, unsigned short mode, int ret)
 {
 	if (ret)
 		return ret;

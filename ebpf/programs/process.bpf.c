@@ -39,7 +39,7 @@ static __always_inline int in_target(struct task_struct *task, const struct subj
 }
 
 SEC("lsm/task_kill")
-int TARGET_HOOK(task_kill, struct task_struct *p, void *info, int sig, const void *cred, int ret)
+int BPF_PROG(task_kill, struct task_struct *p, void *info, int sig, const void *cred, int ret)
 {
 	if (ret)
 		return ret;
@@ -53,7 +53,7 @@ int TARGET_HOOK(task_kill, struct task_struct *p, void *info, int sig, const voi
 }
 
 SEC("lsm/ptrace_access_check")
-int TARGET_HOOK(ptrace_access_check, struct task_struct *child, unsigned int mode, int ret)
+int BPF_PROG(ptrace_access_check, struct task_struct *child, unsigned int mode, int ret)
 {
 	if (ret)
 		return ret;
