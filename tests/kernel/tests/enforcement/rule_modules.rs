@@ -190,28 +190,9 @@ fn a_misbehaving_module_is_contained_and_the_agent_keeps_serving() {
     assert_eq!(failures[0]["on_failure"], "keep");
 }
 
-/// `/metrics` and `/healthz` asked 100 times each, 20 ms apart: the p99 and median of the time
-/// to answer, and the ten slowest answers (latency, path, when).
-fn endpoint_latencies() -> (Duration, Duration, Vec<(Duration, &'static str, Duration)>) {
-    let measuring = Instant::now();
-    let mut latencies = Vec::new();
-    for path in ["/metrics", "/healthz"].repeat(100) {
-        let started = Instant::now();
-        assert_eq!(http_get(path).unwrap().0, 200);
-        latencies.push((started.elapsed(), path, started - measuring));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    latencies.sort();
-    let p99 = latencies[latencies.len() * 99 / 100 - 1].0;
-    let median = latencies[latencies.len() / 2].0;
-    (p99, median, latencies.split_off(latencies.len() - 10))
-}
-
-/// A module that burns its whole budget (200 ms) on every batch holds up only the events it
-/// decides: `/metrics` and `/healthz` answer (p99) within 50 ms of how they answer while it does
-/// not run, a new policy is enforced at once, and every event is still written once its batch
-/// times out. (Against the same agent's own answers, not a fixed time: a machine under load
-/// slows both alike.)
+/// A module that burns its whole budget on every batch holds up only the events it decides:
+/// `/metrics` and `/healthz` answer within 50 ms (p99), a new policy is enforced at once, and
+/// every event is still written once its batch times out.
 #[test]
 fn a_module_burning_its_budget_holds_up_neither_endpoints_nor_policies() {
     let mut kernel = Kernel::new();
@@ -231,7 +212,6 @@ fn a_module_burning_its_budget_holds_up_neither_endpoints_nor_policies() {
     let bpffs = "/sys/fs/bpf/palisade-test-burning";
     let agent = Agent::start_with(dir, bpffs, "burning", &["--audit-rate", "0"]);
     wait_until_ready(&agent);
-    let (idle_p99, _, _) = endpoint_latencies();
     // Denials all along, so that the worker always has a batch to burn a budget on.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = {
@@ -255,7 +235,17 @@ fn a_module_burning_its_budget_holds_up_neither_endpoints_nor_policies() {
             .unwrap_or(0.0)
     };
     wait_for("a budget burnt", || budget_spent() >= 1.0);
-    let (p99, median, slowest) = endpoint_latencies();
+    let measuring = Instant::now();
+    let mut latencies = Vec::new();
+    for path in ["/metrics", "/healthz"].repeat(100) {
+        let started = Instant::now();
+        assert_eq!(http_get(path).unwrap().0, 200);
+        latencies.push((started.elapsed(), path, started - measuring));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    latencies.sort();
+    let p99 = latencies[latencies.len() * 99 / 100 - 1].0;
+    let slowest = &latencies[latencies.len() - 10..];
     // A new policy, enforced while the module burns: the agent reconciles once the file is
     // written and closed.
     let other = file("/tmp/burning/other");
@@ -278,9 +268,9 @@ fn a_module_burning_its_budget_holds_up_neither_endpoints_nor_policies() {
     let denied = load.join().unwrap();
     assert!(burnt >= 10.0, "{burnt} budgets burnt");
     assert!(
-        p99 < idle_p99 + Duration::from_millis(50),
-        "p99 {p99:?} (without the module running {idle_p99:?}), median {median:?}; the slowest \
-         (latency, path, when): {slowest:?}"
+        p99 < Duration::from_millis(50),
+        "p99 {p99:?}, median {:?}; the slowest (latency, path, when): {slowest:?}",
+        latencies[latencies.len() / 2].0
     );
     assert!(
         enforced_after < Duration::from_secs(1),
