@@ -184,7 +184,7 @@ impl ApiServer {
         let file = |name: &str| dir.join(name).display().to_string();
         server.spawn(
             "etcd",
-            [
+            &[
                 "--data-dir",
                 &file("etcd"),
                 "--listen-client-urls",
@@ -202,7 +202,7 @@ impl ApiServer {
         )?;
         server.spawn(
             "kube-apiserver",
-            [
+            &[
                 "--etcd-servers",
                 &etcd_url,
                 "--bind-address",
@@ -258,7 +258,7 @@ impl ApiServer {
         let root_ca = self.dir.join("ca.crt").display().to_string();
         self.spawn(
             "kube-controller-manager",
-            [
+            &[
                 "--kubeconfig",
                 &admin,
                 "--controllers",
@@ -271,7 +271,7 @@ impl ApiServer {
         )?;
         self.spawn(
             "kube-scheduler",
-            [
+            &[
                 "--kubeconfig",
                 &admin,
                 "--leader-elect=false",
@@ -281,7 +281,7 @@ impl ApiServer {
     }
 
     /// Starts tool `name` with `args`, its output in DIR/NAME.log; it stops with the server.
-    fn spawn<const N: usize>(&mut self, name: &str, args: [&str; N]) -> anyhow::Result<()> {
+    fn spawn(&mut self, name: &str, args: &[&str]) -> anyhow::Result<()> {
         let log = std::fs::File::create(self.dir.join(format!("{name}.log")))?;
         let process = Command::new(tool(name)?)
             .args(args)
