@@ -103,31 +103,46 @@ fn run_in_vm(
     );
     let initrd = build::initramfs(&dir, &binaries, &files, &vm::init_script(&body))?;
     let measured = vm::work_dir("results")?;
-    let mut inputs = Vec::new();
-    for series in kernels {
-        let kernel = kernels::fetch(series)?;
-        let label = format!("linux-{series}");
-        let (console, status) = vm::boot(
-            &label,
-            &kernel.vmlinuz,
-            &initrd,
-            &[&["-nic", "none"], ICOUNT].concat(),
-            timeout,
-        )?;
-        ensure!(
-            status == 0,
-            "[{label}] kernel-bench {command} failed (status {status})"
-        );
-        let input = measured.join(format!("{label}-{name}.json"));
-        let _ = std::fs::remove_file(&input);
-        results::save_measurements(&console, vm::RESULT, &measured, &label)?;
-        ensure!(
-            input.exists(),
-            "[{label}] kernel-bench {command} reported no results"
-        );
-        inputs.push(input);
-    }
-    Ok(inputs)
+    let kernels: Vec<(&String, kernels::Kernel)> = kernels
+        .iter()
+        .map(|series| Ok((series, kernels::fetch(series)?)))
+        .collect::<anyhow::Result<_>>()?;
+    // The kernels boot side by side, one on each core: the guest clock counts instructions,
+    // so neither run's measurements depend on the other.
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = kernels
+            .iter()
+            .map(|(series, kernel)| {
+                let (initrd, measured) = (&initrd, &measured);
+                scope.spawn(move || -> anyhow::Result<PathBuf> {
+                    let label = format!("linux-{series}");
+                    let vm::Boot { console, status } = vm::boot(
+                        &label,
+                        &kernel.vmlinuz,
+                        initrd,
+                        &[&["-nic", "none"], ICOUNT].concat(),
+                        timeout,
+                    )?;
+                    let status = status?;
+                    ensure!(
+                        status == 0,
+                        "[{label}] kernel-bench {command} failed (status {status})"
+                    );
+                    let input = measured.join(format!("{label}-{name}.json"));
+                    let _ = std::fs::remove_file(&input);
+                    results::save_measurements(&console, vm::RESULT, measured, &label)?;
+                    ensure!(
+                        input.exists(),
+                        "[{label}] kernel-bench {command} reported no results"
+                    );
+                    Ok(input)
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|run| run.join().expect("a kernel's run panicked"))
+            .collect()
+    })
 }
 
 /// Runs the report `bin` on `inputs`, writing into `out`.

@@ -67,7 +67,7 @@ enum Command {
         /// Kernel series to boot (Debian packages): 6.1 (bookworm), 6.12 (bookworm-backports).
         #[arg(long = "kernel", default_values = ["6.1", "6.12"])]
         kernels: Vec<String>,
-        /// Only run tests whose name contains this.
+        /// Only run tests whose name contains this (or any of its words).
         #[arg(long)]
         filter: Option<String>,
         /// Policy updates the Kubernetes test times (benchmarks/results/apply-latency: 100).

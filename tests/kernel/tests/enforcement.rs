@@ -443,12 +443,23 @@ impl Agent {
         }
     }
 
-    /// Sends `signal` and waits; returns whether it exited successfully, and its log.
+    /// Sends `signal` and waits, a minute at most (an agent that does not stop fails its test,
+    /// not the whole suite); returns whether it exited successfully, and its log.
     fn stop(mut self, signal: i32) -> (bool, String) {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, signal) };
-        let status = self.child.wait().unwrap();
-        (status.success(), self.log())
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return (status.success(), self.log());
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the agent did not stop on signal {signal}: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 

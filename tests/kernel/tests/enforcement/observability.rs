@@ -18,6 +18,7 @@ use super::{Agent, cleanup_agent, fresh_dir, write_policy};
 pub(super) fn http_get(path: &str) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect("127.0.0.1:9464")?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"

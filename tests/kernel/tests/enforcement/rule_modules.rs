@@ -235,6 +235,13 @@ fn a_module_burning_its_budget_holds_up_neither_endpoints_nor_policies() {
             .unwrap_or(0.0)
     };
     wait_for("a budget burnt", || budget_spent() >= 1.0);
+    // The scraper runs at the agent's control priority: on the VM's one CPU it would otherwise
+    // wait behind the worker this test keeps burning, which a scraper elsewhere does not.
+    let scraper_nice = |nice| {
+        // SAFETY: no memory is passed; on Linux this sets the calling thread's nice value.
+        assert_eq!(unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) }, 0);
+    };
+    scraper_nice(-10);
     let measuring = Instant::now();
     let mut latencies = Vec::new();
     for path in ["/metrics", "/healthz"].repeat(100) {
@@ -243,6 +250,7 @@ fn a_module_burning_its_budget_holds_up_neither_endpoints_nor_policies() {
         latencies.push((started.elapsed(), path, started - measuring));
         std::thread::sleep(Duration::from_millis(20));
     }
+    scraper_nice(0);
     latencies.sort();
     let p99 = latencies[latencies.len() * 99 / 100 - 1].0;
     let slowest = &latencies[latencies.len() - 10..];
