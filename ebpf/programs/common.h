@@ -16,9 +16,14 @@ struct {
 	__type(value, struct palisade_config);
 } config SEC(".maps");
 
+/*
+ * Maps whose size is marked "sized at load" get it from the agent's configuration. Hashes the
+ * programs insert into when a cgroup is armed (`targets`) stay preallocated, so arming never
+ * fails for want of memory; the others allocate entries as they are written.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 1); /* sized at load: agent/src/bpf/sizes.rs */
 	__type(key, __u64);
 	__type(value, struct palisade_target);
 } targets SEC(".maps");
@@ -26,41 +31,45 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct palisade_inode_key);
 	__type(value, __u32); /* PALISADE_PROTECT_* */
 } protected_inodes SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 1); /* sized at load */
 	__type(key, struct palisade_pending_key);
 	__type(value, struct palisade_target);
 } pending SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 1); /* sized at load */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);
 	__type(value, struct palisade_policy);
 } policies SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 1); /* sized at load */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct palisade_mount_type_key);
 	__type(value, struct palisade_verdict);
 } mount_types SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 1); /* sized at load */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct palisade_socket_key);
 	__type(value, struct palisade_verdict);
 } sockets SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 262144);
+	__uint(max_entries, 1); /* sized at load */
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct palisade_network_key);
 	__type(value, struct palisade_verdict);
@@ -68,7 +77,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 262144);
+	__uint(max_entries, 1); /* sized at load */
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct palisade_trie_key);
 	__type(value, struct palisade_path_verdict);
@@ -76,7 +85,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 1); /* sized at load */
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct palisade_trie_key);
 	__type(value, struct palisade_path_verdict);
@@ -84,7 +93,8 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
+	__uint(max_entries, 1); /* sized at load */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct palisade_glob_key);
 	__type(value, struct palisade_glob_rule);
 } globs SEC(".maps");
@@ -108,14 +118,15 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 1); /* sized at load */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct palisade_rule_key);
 	__type(value, struct palisade_rule_count);
 } rule_counts SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, 1); /* sized at load */
 	__type(key, struct palisade_bucket_key);
 	__type(value, struct palisade_bucket);
 } audit_buckets SEC(".maps");

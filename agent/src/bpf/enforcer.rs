@@ -9,8 +9,9 @@ use palisade_common::Config;
 use tracing::{info, warn};
 
 use super::{
-    DecisionCost, LoadError, Maps, MeasureError, PinnedState, PolicyRegistry, ProgramRuns,
-    ProtectError, ProtectedFiles, Protection, RuleCounts, RuleLabels, Stats,
+    DecisionCost, EnforceError, LoadError, MapSizes, Maps, MeasureError, PinnedState,
+    PolicyRegistry, ProgramRuns, ProtectError, ProtectedFiles, Protection, RuleCounts, RuleLabels,
+    Stats,
     counters::Counters,
     loader::Programs,
     store::{PolicyMaps, PolicyStore},
@@ -39,6 +40,7 @@ pub struct AuditRate {
 
 pub struct Enforcer {
     programs: Programs,
+    sizes: MapSizes,
     config_map: Array<MapData, Config>,
     /// What `config_map` holds.
     config: Config,
@@ -50,21 +52,23 @@ pub struct Enforcer {
 }
 
 impl Enforcer {
-    /// Loads the programs and attaches them to their LSM hooks, for as long as this process
-    /// lives. Fails with a clear reason on a kernel where BPF LSM cannot run.
+    /// Loads the programs, with maps of the default sizes, and attaches them to their LSM hooks,
+    /// for as long as this process lives. Fails with a clear reason on a kernel where BPF LSM
+    /// cannot run.
     pub fn load() -> Result<Self, LoadError> {
-        Self::load_with(None)
+        Self::load_with(None, &MapSizes::default())
     }
 
-    /// Loads with maps and links pinned in bpffs under `state`, so that enforcement continues
-    /// when this process ends. What an earlier agent of this build left there is adopted as it
-    /// is: its programs stay attached and its policies enforced until `retire_previous`.
-    pub fn load_pinned(state: PinnedState) -> Result<Self, LoadError> {
-        Self::load_with(Some(state))
+    /// Loads with maps of `sizes`, and maps and links pinned in bpffs under `state`, so that
+    /// enforcement continues when this process ends. What an earlier agent of this build left
+    /// there is adopted as it is: its programs stay attached and its policies enforced until
+    /// `retire_previous`.
+    pub fn load_pinned(state: PinnedState, sizes: &MapSizes) -> Result<Self, LoadError> {
+        Self::load_with(Some(state), sizes)
     }
 
-    fn load_with(pinned: Option<PinnedState>) -> Result<Self, LoadError> {
-        let (programs, maps) = Programs::load(pinned)?;
+    fn load_with(pinned: Option<PinnedState>, sizes: &MapSizes) -> Result<Self, LoadError> {
+        let (programs, maps) = Programs::load(pinned, sizes)?;
         let Maps {
             config,
             targets,
@@ -92,23 +96,27 @@ impl Enforcer {
         let adopted_levels = config.get(&0, 0).map_err(setup)?.target_levels;
         let mut enforcer = Self {
             programs,
+            sizes: *sizes,
             config_map: config,
             config: Config {
                 protected_pid: std::process::id().into(),
                 ..Config::default()
             },
             table: TargetTable::new(targets, pending, adopted_levels),
-            store: PolicyStore::new(PolicyMaps {
-                policies,
-                mount_types,
-                sockets,
-                network,
-                globs,
-                prefixes: path_prefixes,
-                suffixes: path_suffixes,
-                sync_barrier,
-                sync_inner,
-            }),
+            store: PolicyStore::new(
+                PolicyMaps {
+                    policies,
+                    mount_types,
+                    sockets,
+                    network,
+                    globs,
+                    prefixes: path_prefixes,
+                    suffixes: path_suffixes,
+                    sync_barrier,
+                    sync_inner,
+                },
+                *sizes,
+            ),
             counters: Counters::new(stats, rule_counts, hook_cost),
             protected: ProtectedFiles::new(protected_inodes),
             events: Some(events),
@@ -155,7 +163,11 @@ impl Enforcer {
 
     /// Installs `policy` on `target`, replacing the policy it had, atomically: the kernel sees
     /// the old policy or the new one, never a mix or nothing. An error means nothing changed.
-    pub fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError> {
+    pub fn apply(
+        &mut self,
+        target: &Cgroup,
+        policy: Arc<CompiledPolicy>,
+    ) -> Result<(), EnforceError> {
         self.swap(Slot::Target(target.id), target.clone(), policy)
     }
 
@@ -300,7 +312,7 @@ impl Enforcer {
         slot: Slot,
         target: Cgroup,
         policy: Arc<CompiledPolicy>,
-    ) -> Result<(), MapError> {
+    ) -> Result<(), EnforceError> {
         let level = target.level;
         let policy_id = self.store.add(&policy, target)?;
         let is_new = self.table.installed(&slot).is_none();
@@ -311,7 +323,16 @@ impl Enforcer {
         } else {
             Ok(())
         };
-        if let Err(err) = published.and_then(|()| self.table.point(&slot, policy_id)) {
+        let pointed = published.map_err(EnforceError::from).and_then(|()| {
+            self.table.point(&slot, policy_id).map_err(|err| {
+                let map = match slot {
+                    Slot::Target(_) => "targets",
+                    Slot::Armed { .. } => "pending",
+                };
+                self.sizes.full_or(map, err)
+            })
+        });
+        if let Err(err) = pointed {
             if is_new {
                 self.table.count_level(level, -1);
                 let _ = self.publish_levels();
@@ -389,7 +410,7 @@ impl Enforcer {
 }
 
 impl Enforce for Enforcer {
-    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError> {
+    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), EnforceError> {
         Enforcer::apply(self, target, policy)
     }
 

@@ -10,7 +10,7 @@ use aya::{
 use tracing::{info, warn};
 
 use super::{
-    LoadError, MAPS, Maps, MeasureError, OBJECT, PROGRAMS, PinnedState, Preflight, pinned,
+    LoadError, MAPS, MapSizes, Maps, MeasureError, OBJECT, PROGRAMS, PinnedState, Preflight, pinned,
 };
 
 pub(super) struct Programs {
@@ -23,26 +23,31 @@ pub(super) struct Programs {
 }
 
 impl Programs {
-    /// Loads the object and attaches every program (unless an earlier agent of this build left
-    /// them attached through pinned links), with maps and links pinned under `pinned`; returns
-    /// the maps.
-    pub fn load(pinned: Option<PinnedState>) -> Result<(Self, Maps), LoadError> {
+    /// Loads the object with its maps sized by `sizes` and attaches every program (unless an
+    /// earlier agent of this build left them attached through pinned links), with maps and
+    /// links pinned under `pinned`; returns the maps.
+    pub fn load(pinned: Option<PinnedState>, sizes: &MapSizes) -> Result<(Self, Maps), LoadError> {
         Preflight::run().check()?;
         let btf = Btf::from_sys_fs().map_err(|err| LoadError::NoBtf(err.to_string()))?;
         let mut loader = EbpfLoader::new();
         loader.btf(Some(&btf));
+        for (name, entries) in sizes.entries() {
+            loader.map_max_entries(name, entries);
+        }
         let mut adopted = false;
         let mut replaced = false;
+        // Pinned maps of other sizes (the agent's configuration changed) are replaced like any
+        // state that does not match.
         if let Some(state) = &pinned
-            && let Some(mismatch) = state.mismatch(MAPS)
+            && let Some(mismatch) = state.mismatch(MAPS, sizes)
         {
             let aside = state
                 .set_aside()
                 .map_err(|err| LoadError::pin(&state.dir(), err))?;
             warn!(
                 state = %aside.display(),
-                "the pinned state does not match this build ({mismatch}): set aside, enforcing \
-                 as it did until every policy is applied again, and replaced"
+                "the pinned state does not match this build or its map sizes ({mismatch}): set \
+                 aside, enforcing as it did until every policy is applied again, and replaced"
             );
             replaced = true;
         }

@@ -12,6 +12,7 @@ mod pinned;
 mod preflight;
 mod protected;
 mod registry;
+mod sizes;
 mod store;
 mod table;
 
@@ -24,6 +25,7 @@ pub use pinned::{DEFAULT_ROOT, PinnedState, object_version, remove as remove_pin
 pub use preflight::{KERNEL_BTF, LoadError, LsmList, Preflight};
 pub use protected::{ProtectError, ProtectedFiles, Protection};
 pub use registry::{InstalledPolicy, PolicyRegistry, SELF_PROTECTION};
+pub use sizes::{EnforceError, MapSizes};
 
 /// The BPF object built from ebpf/programs by build.rs.
 pub(crate) static OBJECT: &[u8] =

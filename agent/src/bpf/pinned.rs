@@ -10,7 +10,7 @@ use std::{
 
 use aya::maps::MapData;
 
-use super::OBJECT;
+use super::{MapSizes, OBJECT};
 
 /// The default root, under the conventional bpffs mount.
 pub const DEFAULT_ROOT: &str = "/sys/fs/bpf/palisade";
@@ -57,9 +57,10 @@ impl PinnedState {
     }
 
     /// What in the maps pinned for this version is not what the object defines (type, key and
-    /// value sizes, entries, flags), if anything. The version, a digest of the object, fixes the
-    /// layout: a mismatch is a pin replaced, or corrupted state.
-    pub fn mismatch(&self, maps: &[&str]) -> Option<String> {
+    /// value sizes, flags) or `sizes` sizes (entries), if anything. The version, a digest of the
+    /// object, fixes the layout: a mismatch is a change of sizes, a pin replaced, or corrupted
+    /// state.
+    pub fn mismatch(&self, maps: &[&str], sizes: &MapSizes) -> Option<String> {
         let object = aya_obj::Object::parse(OBJECT).expect("the embedded object parses");
         maps.iter().find_map(|name| {
             let path = self.map(name);
@@ -84,7 +85,7 @@ impl PinnedState {
                 defined.map_type(),
                 defined.key_size(),
                 defined.value_size(),
-                defined.max_entries(),
+                sizes.of(name).unwrap_or(defined.max_entries()),
                 defined.map_flags(),
             );
             (pinned != wanted).then(|| {
@@ -159,10 +160,13 @@ mod tests {
         std::fs::write(state.link("file_open"), "").unwrap();
         assert!(state.links_complete(&["file_open"]));
         // Maps not pinned yet are no mismatch; a pin that is not the map defined is.
-        assert_eq!(state.mismatch(crate::bpf::MAPS), None);
+        let sizes = MapSizes::default();
+        assert_eq!(state.mismatch(crate::bpf::MAPS, &sizes), None);
         std::fs::create_dir_all(state.dir().join("maps")).unwrap();
         std::fs::write(state.map("targets"), "").unwrap();
-        let mismatch = state.mismatch(crate::bpf::MAPS).expect("a file is no map");
+        let mismatch = state
+            .mismatch(crate::bpf::MAPS, &sizes)
+            .expect("a file is no map");
         assert!(mismatch.starts_with("targets: "), "{mismatch}");
         let aside = state.set_aside().unwrap();
         assert!(!state.dir().exists());

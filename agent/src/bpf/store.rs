@@ -10,7 +10,7 @@ use palisade_common::{
 };
 
 use super::{
-    InstalledPolicy, PolicyRegistry,
+    EnforceError, InstalledPolicy, MapSizes, PolicyRegistry,
     layout::{glob_key, mount_type_key, network_key, socket_key, trie_key},
 };
 use crate::{
@@ -33,13 +33,15 @@ pub(super) struct PolicyMaps {
 
 pub(super) struct PolicyStore {
     maps: PolicyMaps,
+    sizes: MapSizes,
     next_policy_id: u32,
     registry: PolicyRegistry,
 }
 
 impl PolicyStore {
-    /// A store on `maps`, which an earlier agent may have filled: its policy ids stay unused.
-    pub fn new(maps: PolicyMaps) -> Self {
+    /// A store on `maps`, of `sizes`, which an earlier agent may have filled: its policy ids
+    /// stay unused.
+    pub fn new(maps: PolicyMaps, sizes: MapSizes) -> Self {
         let highest = maps
             .policies
             .keys()
@@ -48,6 +50,7 @@ impl PolicyStore {
             .unwrap_or(0);
         Self {
             maps,
+            sizes,
             next_policy_id: highest.checked_add(1).unwrap_or(1),
             registry: PolicyRegistry::default(),
         }
@@ -59,7 +62,11 @@ impl PolicyStore {
 
     /// Writes `policy`'s entries under a new policy id, registered as `target`'s; returns the
     /// id. An error means nothing was left.
-    pub fn add(&mut self, policy: &Arc<CompiledPolicy>, target: Cgroup) -> Result<u32, MapError> {
+    pub fn add(
+        &mut self,
+        policy: &Arc<CompiledPolicy>,
+        target: Cgroup,
+    ) -> Result<u32, EnforceError> {
         let policy_id = self.next_policy_id;
         self.next_policy_id = self.next_policy_id.checked_add(1).unwrap_or(1);
         if let Err(err) = self.write_entries(policy_id, policy) {
@@ -128,40 +135,48 @@ impl PolicyStore {
         Ok(count)
     }
 
-    fn write_entries(&mut self, policy_id: u32, policy: &CompiledPolicy) -> Result<(), MapError> {
+    fn write_entries(
+        &mut self,
+        policy_id: u32,
+        policy: &CompiledPolicy,
+    ) -> Result<(), EnforceError> {
         let entries = policy.entries();
+        let sizes = self.sizes;
+        let maps = &mut self.maps;
         for (fs_type, verdict) in &entries.mount_types {
-            self.maps
-                .mount_types
-                .insert(mount_type_key(policy_id, fs_type), verdict, 0)?;
+            maps.mount_types
+                .insert(mount_type_key(policy_id, fs_type), verdict, 0)
+                .map_err(|err| sizes.full_or("mount_types", err))?;
         }
         for (key, verdict) in &entries.sockets {
-            self.maps
-                .sockets
-                .insert(socket_key(policy_id, *key), verdict, 0)?;
+            maps.sockets
+                .insert(socket_key(policy_id, *key), verdict, 0)
+                .map_err(|err| sizes.full_or("sockets", err))?;
         }
         for entry in &entries.network {
-            self.maps
-                .network
-                .insert(&network_key(policy_id, entry), entry.verdict, 0)?;
+            maps.network
+                .insert(&network_key(policy_id, entry), entry.verdict, 0)
+                .map_err(|err| sizes.full_or("network", err))?;
         }
         for (index, glob) in entries.globs.iter().enumerate() {
-            self.maps
-                .globs
-                .insert(glob_key(policy_id, index), glob, 0)?;
+            maps.globs
+                .insert(glob_key(policy_id, index), glob, 0)
+                .map_err(|err| sizes.full_or("globs", err))?;
         }
         for TrieEntry { key, verdict } in &entries.suffixes {
-            self.maps
-                .suffixes
-                .insert(&trie_key(policy_id, key), verdict, 0)?;
+            maps.suffixes
+                .insert(&trie_key(policy_id, key), verdict, 0)
+                .map_err(|err| sizes.full_or("path_suffixes", err))?;
         }
         for TrieEntry { key, verdict } in &entries.prefixes {
-            self.maps
-                .prefixes
-                .insert(&trie_key(policy_id, key), verdict, 0)?;
+            maps.prefixes
+                .insert(&trie_key(policy_id, key), verdict, 0)
+                .map_err(|err| sizes.full_or("path_prefixes", err))?;
         }
         // Last: programs find a policy's other entries through this one.
-        self.maps.policies.insert(policy_id, entries.switches, 0)
+        maps.policies
+            .insert(policy_id, entries.switches, 0)
+            .map_err(|err| sizes.full_or("policies", err))
     }
 
     /// Best effort: entries that were never written are simply absent.

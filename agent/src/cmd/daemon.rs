@@ -22,7 +22,7 @@ use tracing::{info, warn};
 
 use super::session::{Session, json_sink};
 use crate::{
-    bpf::{AuditRate, Enforcer, PinnedState},
+    bpf::{AuditRate, Enforcer, MapSizes, PinnedState},
     events::{Deciding, FalcoSink, JsonLines, Rotation, Sink},
     files::{Change, PolicyDir},
     http::Endpoints,
@@ -107,6 +107,17 @@ pub struct AgentArgs {
     /// Where in bpffs the programs' links and maps are pinned.
     #[arg(long, value_name = "DIR", default_value = crate::bpf::DEFAULT_ROOT)]
     pub bpffs: PathBuf,
+    /// Cgroups that policies may target (or be staged for) at once. Sizes the kernel's maps:
+    /// a change replaces the pinned state when the agent restarts.
+    #[arg(long, value_name = "CGROUPS", default_value_t = MapSizes::default().targets,
+        value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
+    pub max_targets: u32,
+    /// Path entries (one per path of a prefix or exact rule, on each targeted cgroup) that
+    /// policies may hold at once; other rules get a quarter as many. Sizes the kernel's maps
+    /// like --max-targets.
+    #[arg(long, value_name = "ENTRIES", default_value_t = MapSizes::default().path_entries,
+        value_parser = clap::value_parser!(u32).range(1..=1 << 22))]
+    pub max_path_entries: u32,
     /// Where compiled rule modules are kept between runs (only root may write there).
     #[arg(long, value_name = "DIR", default_value = "/var/cache/palisade/rules")]
     pub rules_cache: PathBuf,
@@ -119,6 +130,13 @@ pub struct AgentArgs {
 }
 
 impl AgentArgs {
+    fn map_sizes(&self) -> MapSizes {
+        MapSizes {
+            targets: self.max_targets,
+            path_entries: self.max_path_entries,
+        }
+    }
+
     /// How the event file is rotated, if it is.
     fn events_rotation(&self) -> Option<Rotation> {
         self.events_max_bytes.map(|max_bytes| Rotation {
@@ -146,18 +164,14 @@ impl Source {
         }
     }
 
-    /// Lets a burst of changes (the first one received) settle before reconciling, then drops
-    /// the notices of those it gathered.
+    /// Waits until a change (the first one received) can be reconciled, then drops the notices
+    /// of those that came meanwhile: the reconcile sees them all.
     async fn settle(&self, changed: &mut mpsc::Receiver<()>) {
-        match self {
-            // A complete change is reconciled at once. A partial one (a file being written)
-            // waits for a complete one, at most PARTIAL_WRITE_SETTLE: a writer may keep a file
-            // open for good.
-            Source::Dir { completed, .. } => {
-                until_complete(completed, changed, PARTIAL_WRITE_SETTLE).await
-            }
-            // Watch events are whole objects; this only gathers those that come together.
-            Source::Kubernetes(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        // A complete change is reconciled at once. A partial one (a file being written) waits
+        // for a complete one, at most PARTIAL_WRITE_SETTLE: a writer may keep a file open for
+        // good. Watch events are whole objects: reconciled at once.
+        if let Source::Dir { completed, .. } = self {
+            until_complete(completed, changed, PARTIAL_WRITE_SETTLE).await
         }
         while changed.try_recv().is_ok() {}
     }
@@ -204,8 +218,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
-    let mut enforcer =
-        Enforcer::load_pinned(PinnedState::new(&args.bpffs)).context("cannot enforce")?;
+    let mut enforcer = Enforcer::load_pinned(PinnedState::new(&args.bpffs), &args.map_sizes())
+        .context("cannot enforce")?;
     enforcer
         .set_audit_rate(Some(AuditRate {
             per_second: args.audit_rate,

@@ -13,7 +13,12 @@ pub use owner::{DaemonSetName, Owner};
 pub use reconcile::{Objects, PolicyKey, PolicyObject, PolicyReport, Reconciler};
 pub use status::{Observed, StatusWriter, observations, status_for};
 
-use std::{fmt::Debug, hash::Hash, sync::Arc, time::Duration};
+use std::{
+    fmt::Debug,
+    hash::Hash,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -42,6 +47,8 @@ pub struct Cluster {
     namespaces: Store<PartialObjectMeta<Namespace>>,
     observations: watch::Sender<Vec<Observed>>,
     metrics: Arc<Metrics>,
+    /// When the oldest watch event not reconciled yet arrived.
+    unreconciled: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Cluster {
@@ -56,22 +63,26 @@ impl Cluster {
         changed: mpsc::Sender<()>,
     ) -> anyhow::Result<Self> {
         let pods_here = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+        let unreconciled = Arc::new(Mutex::new(None));
         let pods = reflect(
             watcher(Api::<Pod>::all(client.clone()), pods_here)
                 .default_backoff()
                 .modify(|pod| pod.managed_fields_mut().clear()),
             "pods",
             changed.clone(),
+            unreconciled.clone(),
         );
         let policies = reflect(
             watcher(Api::all(client.clone()), watcher::Config::default()).default_backoff(),
             "PalisadePolicy",
             changed.clone(),
+            unreconciled.clone(),
         );
         let cluster_policies = reflect(
             watcher(Api::all(client.clone()), watcher::Config::default()).default_backoff(),
             "PalisadeClusterPolicy",
             changed.clone(),
+            unreconciled.clone(),
         );
         let namespaces = reflect(
             watcher(
@@ -81,6 +92,7 @@ impl Cluster {
             .default_backoff(),
             "namespaces",
             changed,
+            unreconciled.clone(),
         );
         info!(
             node,
@@ -100,6 +112,7 @@ impl Cluster {
             namespaces,
             observations,
             metrics,
+            unreconciled,
         })
     }
 
@@ -132,8 +145,17 @@ impl Cluster {
     /// Brings the kernel in line with the cluster; logs new errors and hands the reports to the
     /// status writer.
     pub fn reconcile(&mut self, enforcer: &mut impl Enforce) {
+        let since = self.unreconciled.lock().expect("not poisoned").take();
+        let installs = self.reconciler.installs();
         let objects = self.objects();
         let (reports, errors) = self.reconciler.reconcile(&objects, enforcer);
+        if let Some(since) = since
+            && self.reconciler.installs() > installs
+        {
+            self.metrics
+                .apply_seconds
+                .observe(since.elapsed().as_secs_f64());
+        }
         for err in errors {
             error!("{err}");
         }
@@ -157,8 +179,14 @@ impl Cluster {
     }
 }
 
-/// Keeps a store of what `stream` sees, asking for a reconcile at every change.
-fn reflect<K, S>(stream: S, what: &'static str, changed: mpsc::Sender<()>) -> Store<K>
+/// Keeps a store of what `stream` sees, asking for a reconcile at every change (and noting
+/// when the first one not reconciled yet came in `unreconciled`).
+fn reflect<K, S>(
+    stream: S,
+    what: &'static str,
+    changed: mpsc::Sender<()>,
+    unreconciled: Arc<Mutex<Option<Instant>>>,
+) -> Store<K>
 where
     K: Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
@@ -171,6 +199,10 @@ where
         while let Some(event) = stream.next().await {
             match event {
                 Ok(_) => {
+                    unreconciled
+                        .lock()
+                        .expect("not poisoned")
+                        .get_or_insert_with(Instant::now);
                     let _ = changed.try_send(());
                 }
                 // The watcher retries with backoff.

@@ -211,6 +211,11 @@ impl Reconciler {
         self.enforced.errors()
     }
 
+    /// Policies put on pods so far.
+    pub fn installs(&self) -> u64 {
+        self.enforced.installs()
+    }
+
     fn compile(&self, policy: &PolicyObject) -> Result<Arc<CompiledPolicy>, String> {
         // The object in the policy model: named as in metrics and events.
         let model = Policy {

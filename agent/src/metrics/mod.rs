@@ -58,7 +58,7 @@ pub struct Metrics {
     pub policies: Gauge,
     /// Policy files that cannot be enforced as they are.
     pub policy_errors: Gauge,
-    /// From a policy file's change to its map entries committed.
+    /// From a policy's change (a file's, or a watch event's) to its map entries committed.
     pub apply_seconds: Histogram,
     /// Pinned kernel state that did not match this build: set aside and replaced at start.
     pub pinned_state_replaced: Counter,
@@ -129,7 +129,8 @@ impl Metrics {
         let apply_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 15));
         registry.register_with_unit(
             "policy_apply",
-            "From a policy file's change to its map entries committed",
+            "From a policy's change (a file's modification, or the first watch event in \
+             Kubernetes) to its map entries committed",
             Unit::Seconds,
             apply_seconds.clone(),
         );

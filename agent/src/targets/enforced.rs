@@ -30,6 +30,8 @@ pub struct EnforcedSet<K, V> {
     entries: HashMap<K, Entry<V>>,
     /// The last error about each subject, so that a lasting problem is reported once.
     reported: BTreeMap<String, String>,
+    /// Entries put on so far.
+    installs: u64,
 }
 
 impl<K, V> Default for EnforcedSet<K, V> {
@@ -37,6 +39,7 @@ impl<K, V> Default for EnforcedSet<K, V> {
         Self {
             entries: HashMap::new(),
             reported: BTreeMap::new(),
+            installs: 0,
         }
     }
 }
@@ -57,6 +60,11 @@ impl<K: Eq + Hash + Clone, V> EnforcedSet<K, V> {
         self.entries.len()
     }
 
+    /// Entries put on so far.
+    pub fn installs(&self) -> u64 {
+        self.installs
+    }
+
     /// Puts `entry` on for `key`, then takes the entry it replaces off its placement if that is
     /// another one (an armed cgroup now created, a target no longer named): never before the new
     /// one is on. An error means nothing changed.
@@ -67,6 +75,7 @@ impl<K: Eq + Hash + Clone, V> EnforcedSet<K, V> {
         enforcer: &mut impl Enforce,
     ) -> Result<(), String> {
         entry.placement.install(enforcer, entry.compiled.clone())?;
+        self.installs += 1;
         info!(
             subject = %entry.subject,
             policy = %entry.compiled.name(),

@@ -5,7 +5,7 @@ use std::{collections::HashMap, sync::Arc};
 use aya::maps::MapError;
 
 use super::{Cgroup, Enforce, StageError};
-use crate::policy::CompiledPolicy;
+use crate::{bpf::EnforceError, policy::CompiledPolicy};
 
 /// A kernel for tests: records the policies enforced, by target id, and staged, by parent id
 /// and name; can be told to fail.
@@ -17,9 +17,9 @@ pub struct FakeKernel {
 }
 
 impl Enforce for FakeKernel {
-    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError> {
+    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), EnforceError> {
         if self.fail {
-            return Err(MapError::KeyNotFound);
+            return Err(MapError::KeyNotFound.into());
         }
         self.enforced.insert(target.id, policy);
         Ok(())

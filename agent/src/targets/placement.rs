@@ -5,7 +5,7 @@ use std::{path::Path, sync::Arc};
 use aya::maps::MapError;
 
 use super::{Cgroup, CgroupError, Hierarchy};
-use crate::policy::CompiledPolicy;
+use crate::{bpf::EnforceError, policy::CompiledPolicy};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
@@ -17,11 +17,13 @@ pub enum StageError {
     TooDeep,
     #[error("{0}")]
     Map(#[from] MapError),
+    #[error("{0}")]
+    Enforce(#[from] EnforceError),
 }
 
 /// What reconciling needs from the kernel side (a seam for tests).
 pub trait Enforce {
-    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), MapError>;
+    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), EnforceError>;
     fn remove(&mut self, target_id: u64) -> Result<bool, MapError>;
     fn stage(
         &mut self,

@@ -9,7 +9,7 @@ use std::{
 };
 
 use palisade_agent::{
-    bpf::{Enforcer, PinnedState, object_version},
+    bpf::{Enforcer, MapSizes, PinnedState, object_version},
     targets::Hierarchy,
 };
 use palisade_kernel_tests::{
@@ -81,7 +81,7 @@ fn a_new_build_takes_over_with_no_unprotected_window() {
     let _ = std::fs::remove_dir_all(bpffs);
     // An older build's agent enforced the policy and exited, leaving its state pinned.
     {
-        let mut old = Enforcer::load_pinned(older).unwrap();
+        let mut old = Enforcer::load_pinned(older, &MapSizes::default()).unwrap();
         old.apply(&target, policy("old", &deny_read(secret)))
             .unwrap();
     }
@@ -341,6 +341,44 @@ fn pinned_state_that_does_not_match_is_replaced_without_a_moment_unprotected() {
     let (stopped, log) = agent.stop(libc::SIGTERM);
     assert!(stopped, "{log}");
     assert!(!log.contains("does not match"), "{log}");
+    cleanup_agent(bpffs);
+}
+
+#[test]
+fn a_policy_too_large_for_the_maps_is_rejected_and_resizing_them_leaves_no_moment_unprotected() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "sized");
+    let paths: Vec<String> = (0..6).map(|index| format!("/tmp/sized/f{index}")).collect();
+    for path in &paths {
+        file(path);
+    }
+    let dir = fresh_dir("/tmp/sized-policies");
+    let bpffs = "/sys/fs/bpf/palisade-test-sized";
+    let policy_file = format!("{dir}/app.yaml");
+    let cgroup = target.path.to_str().unwrap();
+    write_policy(&policy_file, "app", cgroup, &paths[0]);
+    let agent = Agent::start_with(dir, bpffs, "sized-1", &["--max-path-entries", "4"]);
+    eventually(&target, &paths[0], &EPERM);
+    // Six paths do not fit in four entries: refused, and the enforced version stays.
+    write_policy(&policy_file, "app", cgroup, &paths.join(", "));
+    agent.wait_for_log(
+        "the kernel's path_prefixes map is full (4 entries): the agent's --max-path-entries",
+    );
+    assert_eq!(probe(Some(&target), &["read", &paths[0]]), EPERM);
+    assert_eq!(probe(Some(&target), &["read", &paths[5]]), Answer::Ok);
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    // Larger maps: the pinned state is replaced, the first path denied throughout.
+    let prober = Prober::start(&target, &paths[0], "/tmp/sized/stop");
+    let agent = Agent::start_with(dir, bpffs, "sized-2", &["--max-path-entries", "16"]);
+    eventually(&target, &paths[5], &EPERM);
+    assert_never_allowed(&prober.finish());
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    assert!(
+        log.contains("path_prefixes is (type, key size, value size, entries, flags)"),
+        "{log}"
+    );
     cleanup_agent(bpffs);
 }
 
