@@ -8,11 +8,11 @@
 #include "common.h"
 
 SEC("lsm/kernfs_init_security")
-int BPF_PROG(kernfs_init_security, struct kernfs_node *kn_dir, struct kernfs_node *kn, int ret)
+int TARGET_HOOK(kernfs_init_security, struct kernfs_node *kn_dir, struct kernfs_node *kn, int ret)
 {
 	if (ret)
 		return ret;
-	if ((BPF_CORE_READ(kn, flags) & KERNFS_TYPE_MASK) != KERNFS_DIR)
+	if ((kn->flags & KERNFS_TYPE_MASK) != KERNFS_DIR)
 		return 0;
 	struct palisade_pending_key key = { .parent_id = BPF_CORE_READ(kn_dir, id) };
 	bpf_probe_read_kernel_str(key.name, sizeof(key.name), BPF_CORE_READ(kn, name));

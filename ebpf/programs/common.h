@@ -186,6 +186,39 @@ static __always_inline void stat_inc(__u32 index)
 		__sync_fetch_and_add(count, 1);
 }
 
+/* Whether no cgroup is a target, nor staged to become one: then no hook has anything to decide. */
+static __always_inline int nothing_targeted(void)
+{
+	__u32 zero = 0;
+	struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	return !cfg || !cfg->target_levels;
+}
+
+/*
+ * An LSM program, declared as with BPF_PROG (the hook's arguments, then `ret`, the answer of the
+ * LSMs before this one). Every decision is about a target, so while nothing is targeted the
+ * program answers `ret` after one array load: its body is a function of its own, so that this
+ * path sets up no stack and saves no register.
+ */
+#define TARGET_HOOK(name, args...)                                                                 \
+	name(unsigned long long *ctx);                                                             \
+	static __noinline int ____##name##_targeted(unsigned long long *ctx);                      \
+	static __always_inline int ____##name(unsigned long long *ctx, ##args);                    \
+	int name(unsigned long long *ctx)                                                          \
+	{                                                                                          \
+		if (nothing_targeted())                                                            \
+			return (int)ctx[___bpf_narg(args) - 1];                                    \
+		return ____##name##_targeted(ctx);                                                 \
+	}                                                                                          \
+	static __noinline int ____##name##_targeted(unsigned long long *ctx)                       \
+	{                                                                                          \
+		_Pragma("GCC diagnostic push")                                                     \
+		_Pragma("GCC diagnostic ignored \"-Wint-conversion\"")                           \
+		return ____##name(___bpf_ctx_cast(args));                                          \
+		_Pragma("GCC diagnostic pop")                                                      \
+	}                                                                                          \
+	static __always_inline int ____##name(unsigned long long *ctx, ##args)
+
 /*
  * The target covering the current task: its cgroup or the nearest ancestor with a policy.
  * Only levels where some target sits are probed, and none deeper than the task itself, so a
@@ -415,8 +448,8 @@ static __always_inline __u32 protection_of(struct inode *inode)
 	if (!inode)
 		return 0;
 	struct palisade_inode_key key = {
-		.ino = BPF_CORE_READ(inode, i_ino),
-		.dev = BPF_CORE_READ(inode, i_sb, s_dev),
+		.ino = inode->i_ino,
+		.dev = inode->i_sb->s_dev,
 	};
 	__u32 *protection = bpf_map_lookup_elem(&protected_inodes, &key);
 	return protection ? *protection : 0;
@@ -426,9 +459,9 @@ static __always_inline __u32 protection_of(struct inode *inode)
  * its directories). */
 static __always_inline int is_protected_dentry(struct dentry *dentry)
 {
-	return BPF_CORE_READ(dentry, d_sb, s_magic) == BPF_FS_MAGIC ||
-	       (protection_of(BPF_CORE_READ(dentry, d_inode)) & PALISADE_PROTECT_CHANGE) ||
-	       (protection_of(BPF_CORE_READ(dentry, d_parent, d_inode)) & PALISADE_PROTECT_CHANGE);
+	return dentry->d_sb->s_magic == BPF_FS_MAGIC ||
+	       (protection_of(dentry->d_inode) & PALISADE_PROTECT_CHANGE) ||
+	       (protection_of(dentry->d_parent->d_inode) & PALISADE_PROTECT_CHANGE);
 }
 
 /* Self-protection overrides every rule when `perms` would change a protected file, or read one
@@ -439,7 +472,7 @@ static __always_inline void protect_files(struct palisade_verdict *d, struct den
 	if ((perms & (PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) && is_protected_dentry(dentry))
 		*d = self_protection;
 	else if ((perms & PALISADE_PERM_READ) &&
-		 (protection_of(BPF_CORE_READ(dentry, d_inode)) & PALISADE_PROTECT_READ))
+		 (protection_of(dentry->d_inode) & PALISADE_PROTECT_READ))
 		*d = self_protection;
 }
 

@@ -27,7 +27,7 @@ static __always_inline int check_exec_name(struct linux_binprm *bprm)
 }
 
 SEC("lsm/bprm_check_security")
-int BPF_PROG(bprm_check_security, struct linux_binprm *bprm, int ret)
+int TARGET_HOOK(bprm_check_security, struct linux_binprm *bprm, int ret)
 {
 	if (ret)
 		return ret;
@@ -38,7 +38,7 @@ int BPF_PROG(bprm_check_security, struct linux_binprm *bprm, int ret)
 }
 
 SEC("lsm/mmap_file")
-int BPF_PROG(mmap_file, struct file *file, unsigned long reqprot, unsigned long prot,
+int TARGET_HOOK(mmap_file, struct file *file, unsigned long reqprot, unsigned long prot,
 	     unsigned long flags, int ret)
 {
 	if (ret)

@@ -21,22 +21,10 @@ static __always_inline __u32 open_perms(struct file *file)
 	return perms;
 }
 
-/*
- * Whether `file` is overlayfs's open of the layer's file behind an overlay file, made under the
- * overlay file's path (open_with_fake_path, 6.1): a repeat, for the same task and access, of the
- * open decided a moment before; deciding it again would report it twice. Only such a file has a
- * path that does not lead to its inode. (6.12's backing files carry the layer's own path and are
- * decided by it.)
- */
-static __always_inline int under_another_files_path(struct file *file)
-{
-	return BPF_CORE_READ(file, f_path.dentry, d_inode) != file->f_inode;
-}
-
 SEC("lsm/file_open")
-int BPF_PROG(file_open, struct file *file, int ret)
+int TARGET_HOOK(file_open, struct file *file, int ret)
 {
-	if (ret || under_another_files_path(file))
+	if (ret)
 		return ret;
 	return check_file(file, PALISADE_HOOK_FILE_OPEN, open_perms(file));
 }
@@ -46,7 +34,7 @@ int BPF_PROG(file_open, struct file *file, int ret)
  * if the task had opened it with the same access.
  */
 SEC("lsm/file_receive")
-int BPF_PROG(file_receive, struct file *file, int ret)
+int TARGET_HOOK(file_receive, struct file *file, int ret)
 {
 	if (ret)
 		return ret;
@@ -54,7 +42,7 @@ int BPF_PROG(file_receive, struct file *file, int ret)
 }
 
 SEC("lsm/path_truncate")
-int BPF_PROG(path_truncate, const struct path *path, int ret)
+int TARGET_HOOK(path_truncate, const struct path *path, int ret)
 {
 	if (ret)
 		return ret;
@@ -63,7 +51,7 @@ int BPF_PROG(path_truncate, const struct path *path, int ret)
 }
 
 SEC("lsm/path_unlink")
-int BPF_PROG(path_unlink, const struct path *dir, struct dentry *dentry, int ret)
+int TARGET_HOOK(path_unlink, const struct path *dir, struct dentry *dentry, int ret)
 {
 	if (ret)
 		return ret;
@@ -71,7 +59,7 @@ int BPF_PROG(path_unlink, const struct path *dir, struct dentry *dentry, int ret
 }
 
 SEC("lsm/path_rmdir")
-int BPF_PROG(path_rmdir, const struct path *dir, struct dentry *dentry, int ret)
+int TARGET_HOOK(path_rmdir, const struct path *dir, struct dentry *dentry, int ret)
 {
 	if (ret)
 		return ret;
@@ -80,7 +68,7 @@ int BPF_PROG(path_rmdir, const struct path *dir, struct dentry *dentry, int ret)
 
 /* Also called for open with O_CREAT of a missing file (may_o_create), before it exists. */
 SEC("lsm/path_mknod")
-int BPF_PROG(path_mknod, const struct path *dir, struct dentry *dentry, unsigned short mode,
+int TARGET_HOOK(path_mknod, const struct path *dir, struct dentry *dentry, unsigned short mode,
 	     unsigned int dev, int ret)
 {
 	if (ret)
@@ -89,7 +77,7 @@ int BPF_PROG(path_mknod, const struct path *dir, struct dentry *dentry, unsigned
 }
 
 SEC("lsm/path_mkdir")
-int BPF_PROG(path_mkdir, const struct path *dir, struct dentry *dentry, unsigned short mode,
+int TARGET_HOOK(path_mkdir, const struct path *dir, struct dentry *dentry, unsigned short mode,
 	     int ret)
 {
 	if (ret)
@@ -98,7 +86,7 @@ int BPF_PROG(path_mkdir, const struct path *dir, struct dentry *dentry, unsigned
 }
 
 SEC("lsm/path_symlink")
-int BPF_PROG(path_symlink, const struct path *dir, struct dentry *dentry, const char *old_name,
+int TARGET_HOOK(path_symlink, const struct path *dir, struct dentry *dentry, const char *old_name,
 	     int ret)
 {
 	if (ret)
@@ -107,7 +95,7 @@ int BPF_PROG(path_symlink, const struct path *dir, struct dentry *dentry, const 
 }
 
 SEC("lsm/path_link")
-int BPF_PROG(path_link, struct dentry *old_dentry, const struct path *new_dir,
+int TARGET_HOOK(path_link, struct dentry *old_dentry, const struct path *new_dir,
 	     struct dentry *new_dentry, int ret)
 {
 	if (ret)
@@ -121,7 +109,7 @@ int BPF_PROG(path_link, struct dentry *old_dentry, const struct path *new_dir,
 }
 
 SEC("lsm/path_rename")
-int BPF_PROG(path_rename, const struct path *old_dir, struct dentry *old_dentry,
+int TARGET_HOOK(path_rename, const struct path *old_dir, struct dentry *old_dentry,
 	     const struct path *new_dir, struct dentry *new_dentry, unsigned int flags, int ret)
 {
 	if (ret)
@@ -135,7 +123,7 @@ int BPF_PROG(path_rename, const struct path *old_dir, struct dentry *old_dentry,
 }
 
 SEC("lsm/path_chmod")
-int BPF_PROG(path_chmod, const struct path *path, unsigned short mode, int ret)
+int TARGET_HOOK(path_chmod, const struct path *path, unsigned short mode, int ret)
 {
 	if (ret)
 		return ret;

@@ -55,7 +55,7 @@ static __always_inline int check_superblock(__u32 hook, struct super_block *sb)
 }
 
 SEC("lsm/sb_mount")
-int BPF_PROG(sb_mount, const char *dev_name, const struct path *path, const char *type,
+int TARGET_HOOK(sb_mount, const char *dev_name, const struct path *path, const char *type,
 	     unsigned long flags, void *data, int ret)
 {
 	if (ret)
@@ -70,7 +70,7 @@ int BPF_PROG(sb_mount, const char *dev_name, const struct path *path, const char
 }
 
 SEC("lsm/sb_kern_mount")
-int BPF_PROG(sb_kern_mount, struct super_block *sb, int ret)
+int TARGET_HOOK(sb_kern_mount, struct super_block *sb, int ret)
 {
 	if (ret)
 		return ret;
@@ -78,15 +78,15 @@ int BPF_PROG(sb_kern_mount, struct super_block *sb, int ret)
 }
 
 SEC("lsm/move_mount")
-int BPF_PROG(move_mount, const struct path *from_path, const struct path *to_path, int ret)
+int TARGET_HOOK(move_mount, const struct path *from_path, const struct path *to_path, int ret)
 {
 	if (ret)
 		return ret;
-	return check_superblock(PALISADE_HOOK_MOVE_MOUNT, BPF_CORE_READ(from_path, mnt, mnt_sb));
+	return check_superblock(PALISADE_HOOK_MOVE_MOUNT, from_path->mnt->mnt_sb);
 }
 
 SEC("lsm/fs_context_parse_param")
-int BPF_PROG(fs_context_parse_param, struct fs_context *fc, struct fs_parameter *param, int ret)
+int TARGET_HOOK(fs_context_parse_param, struct fs_context *fc, struct fs_parameter *param, int ret)
 {
 	/* 0 from this hook would mean "consumed": only an error is passed on. */
 	if (ret)
@@ -103,7 +103,7 @@ int BPF_PROG(fs_context_parse_param, struct fs_context *fc, struct fs_parameter 
 }
 
 SEC("lsm/sb_umount")
-int BPF_PROG(sb_umount, struct vfsmount *mnt, int flags, int ret)
+int TARGET_HOOK(sb_umount, struct vfsmount *mnt, int flags, int ret)
 {
 	if (ret)
 		return ret;

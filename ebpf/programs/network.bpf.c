@@ -22,7 +22,7 @@ static __always_inline __u32 default_protocol(int family, int type, int protocol
 }
 
 SEC("lsm/socket_create")
-int BPF_PROG(socket_create, int family, int type, int protocol, int kern, int ret)
+int TARGET_HOOK(socket_create, int family, int type, int protocol, int kern, int ret)
 {
 	if (ret)
 		return ret;
@@ -115,7 +115,7 @@ static __always_inline int check_destination(__u32 hook, struct socket *sock, vo
 }
 
 SEC("lsm/socket_connect")
-int BPF_PROG(socket_connect, struct socket *sock, struct sockaddr *address, int addrlen, int ret)
+int TARGET_HOOK(socket_connect, struct socket *sock, struct sockaddr *address, int addrlen, int ret)
 {
 	if (ret)
 		return ret;
@@ -123,17 +123,17 @@ int BPF_PROG(socket_connect, struct socket *sock, struct sockaddr *address, int 
 }
 
 SEC("lsm/socket_sendmsg")
-int BPF_PROG(socket_sendmsg, struct socket *sock, struct msghdr *msg, int size, int ret)
+int TARGET_HOOK(socket_sendmsg, struct socket *sock, struct msghdr *msg, int size, int ret)
 {
 	if (ret)
 		return ret;
 	/* Only datagrams with an address of their own: a connected socket was checked at connect. */
-	return check_destination(PALISADE_HOOK_SOCKET_SENDMSG, sock, BPF_CORE_READ(msg, msg_name),
-				 BPF_CORE_READ(msg, msg_namelen));
+	return check_destination(PALISADE_HOOK_SOCKET_SENDMSG, sock, msg->msg_name,
+				 msg->msg_namelen);
 }
 
 SEC("lsm/socket_setsockopt")
-int BPF_PROG(socket_setsockopt, struct socket *sock, int level, int optname, int ret)
+int TARGET_HOOK(socket_setsockopt, struct socket *sock, int level, int optname, int ret)
 {
 	if (ret)
 		return ret;
@@ -151,7 +151,7 @@ int BPF_PROG(socket_setsockopt, struct socket *sock, int level, int optname, int
 }
 
 SEC("lsm/unix_stream_connect")
-int BPF_PROG(unix_stream_connect, struct sock *sock, struct sock *other, struct sock *newsk,
+int TARGET_HOOK(unix_stream_connect, struct sock *sock, struct sock *other, struct sock *newsk,
 	     int ret)
 {
 	if (ret)

@@ -282,6 +282,18 @@ static __always_inline long without_deleted_suffix(struct scratch *s, struct den
 	return start + 1;
 }
 
+/*
+ * Whether `file` is overlayfs's open of the layer's file behind an overlay file, made under the
+ * overlay file's path (open_with_fake_path, 6.1): a repeat, for the same task and access, of the
+ * open decided a moment before; deciding it again would report it twice. Only such a file has a
+ * path that does not lead to its inode. (6.12's backing files carry the layer's own path and are
+ * decided by it.)
+ */
+static __always_inline int under_another_files_path(struct file *file)
+{
+	return file->f_path.dentry->d_inode != file->f_inode;
+}
+
 /* The body of the hooks on a file already open (open, receive, exec, mmap): match, decide. */
 static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms)
 {
@@ -289,7 +301,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 		return 0;
 	SUBJECT(subject, hook);
 	struct scratch *s = find_path_subject(&subject);
-	if (!s)
+	if (!s || under_another_files_path(file))
 		return 0;
 	/* What needs no path first: then the path is resolved for path rules, or to report. */
 	struct palisade_verdict by_file = {};
@@ -297,7 +309,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	/* A block device is one whatever its path: matched by the inode's type. */
 	struct inode *inode = file->f_inode;
 	if ((perms & (PALISADE_PERM_READ | PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) &&
-	    (BPF_CORE_READ(inode, i_mode) & S_IFMT) == S_IFBLK)
+	    (inode->i_mode & S_IFMT) == S_IFBLK)
 		consider(&by_file, subject.policy->block_device_open.action,
 			 subject.policy->block_device_open.rule_id);
 	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE)

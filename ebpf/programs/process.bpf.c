@@ -39,7 +39,7 @@ static __always_inline int in_target(struct task_struct *task, const struct subj
 }
 
 SEC("lsm/task_kill")
-int BPF_PROG(task_kill, struct task_struct *p, void *info, int sig, const void *cred, int ret)
+int TARGET_HOOK(task_kill, struct task_struct *p, void *info, int sig, const void *cred, int ret)
 {
 	if (ret)
 		return ret;
@@ -53,7 +53,7 @@ int BPF_PROG(task_kill, struct task_struct *p, void *info, int sig, const void *
 }
 
 SEC("lsm/ptrace_access_check")
-int BPF_PROG(ptrace_access_check, struct task_struct *child, unsigned int mode, int ret)
+int TARGET_HOOK(ptrace_access_check, struct task_struct *child, unsigned int mode, int ret)
 {
 	if (ret)
 		return ret;

@@ -3,7 +3,7 @@
 #include "common.h"
 
 SEC("lsm/capable")
-int BPF_PROG(capable, const void *cred, struct user_namespace *ns, int cap, unsigned int opts,
+int TARGET_HOOK(capable, const void *cred, struct user_namespace *ns, int cap, unsigned int opts,
 	     int ret)
 {
 	if (ret)
@@ -27,7 +27,7 @@ int BPF_PROG(capable, const void *cred, struct user_namespace *ns, int cap, unsi
 }
 
 SEC("lsm/userns_create")
-int BPF_PROG(userns_create, const void *cred, int ret)
+int TARGET_HOOK(userns_create, const void *cred, int ret)
 {
 	if (ret)
 		return ret;
@@ -46,7 +46,7 @@ static __always_inline int reaches_loaded_objects(int cmd)
 }
 
 SEC("lsm/bpf")
-int BPF_PROG(bpf, int cmd, void *attr, unsigned int size, int ret)
+int TARGET_HOOK(bpf, int cmd, void *attr, unsigned int size, int ret)
 {
 	if (ret || (cmd != BPF_PROG_LOAD_CMD && !reaches_loaded_objects(cmd)))
 		return ret;

@@ -10,6 +10,7 @@ use std::{
 };
 
 use anyhow::{Context, bail, ensure};
+use aya_obj::generated::bpf_prog_type;
 use palisade_agent::targets::{Cgroup, Hierarchy, join_in_child};
 
 /// The guest's monotonic clock in nanoseconds (executed instructions under `-icount`).
@@ -200,9 +201,8 @@ pub struct Agent {
 /// Mounts a tmpfs on the policy directory, once: the agent watches that directory (inotify), and
 /// the kernel's file notification does more for every file accessed on a file system where
 /// anything is watched, which the benchmarks' file operations next to it would count as the
-/// hooks' cost (the likely cause of S1's ~115 instructions per read or write over the floor,
-/// on 6.1 at 6cd1e12, where its programs cost 23 more per run). A ConfigMap volume is a file
-/// system of its own too.
+/// hooks' cost (~115 instructions per read or write on 6.1 before this mount). A ConfigMap
+/// volume is a file system of its own too.
 fn mount_policy_dir() -> anyhow::Result<()> {
     use std::os::unix::fs::MetadataExt;
     std::fs::create_dir_all(POLICY_DIR)?;
@@ -344,10 +344,24 @@ impl Agent {
     }
 }
 
-/// `palisade agent --cleanup`: unpins (and so detaches) whatever an agent left.
+/// `palisade agent --cleanup`: unpins whatever an agent left, then waits until the kernel has
+/// detached its programs. It detaches a released link from a workqueue, one hook at a time, each
+/// after RCU-tasks grace periods: on 6.12 several seconds for the agent's hooks, while the guest
+/// looks idle, and a state measured meanwhile (S0) ran with some of them still attached. A program
+/// leaves the kernel's list only once detached.
 pub fn cleanup() -> anyhow::Result<()> {
     output(Command::new(palisade()?).args(["agent", "--cleanup", "--bpffs", BPFFS]))?;
-    Ok(())
+    wait_for(
+        "the LSM programs detached",
+        Duration::from_secs(120),
+        || Ok(!lsm_programs_loaded()),
+    )
+}
+
+fn lsm_programs_loaded() -> bool {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .any(|info| info.program_type() == bpf_prog_type::BPF_PROG_TYPE_LSM)
 }
 
 pub fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
