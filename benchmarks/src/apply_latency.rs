@@ -1,5 +1,6 @@
 //! Apply-to-enforce latency in Kubernetes: from the moment a PalisadePolicy update is sent to the
-//! API server to the first read a process in the selected pod gets EPERM for, and the agent's
+//! API server to the first read a process in the selected pod gets EPERM for (and the same for
+//! the policy's creation, which the updates follow), and the agent's
 //! share of it (from the watch event to the map entries committed), measured by the VM suite's
 //! end-to-end test (tests/kernel/tests/enforcement/kubernetes.rs: the agent in the VM,
 //! the API server on the host, a reader looping in the pod's cgroup) on each kernel.
@@ -17,8 +18,10 @@ use plotters::prelude::*;
 
 struct Kernel {
     name: String,
-    /// Milliseconds, sorted.
+    /// Milliseconds, sorted: the updates.
     samples: Vec<f64>,
+    /// Milliseconds from the policy's creation to its enforcement.
+    created_ms: f64,
     /// The agent's share on average: from the watch event to the map entries committed.
     in_agent_mean_ms: f64,
 }
@@ -49,6 +52,9 @@ fn main() -> anyhow::Result<()> {
         kernels.push(Kernel {
             name: result["kernel"].as_str().unwrap_or("?").to_owned(),
             samples,
+            created_ms: result["create_to_enforce_ms"]
+                .as_f64()
+                .with_context(|| format!("{}: no create_to_enforce_ms", path.display()))?,
             in_agent_mean_ms: result["in_agent_mean_ms"]
                 .as_f64()
                 .with_context(|| format!("{}: no in_agent_mean_ms", path.display()))?,
@@ -71,6 +77,7 @@ fn main() -> anyhow::Result<()> {
                 "median_ms": kernel.quantile(0.5),
                 "p90_ms": kernel.quantile(0.9),
                 "p99_ms": kernel.quantile(0.99),
+                "created_ms": kernel.created_ms,
                 "in_agent_mean_ms": kernel.in_agent_mean_ms,
             })
         })
@@ -80,12 +87,12 @@ fn main() -> anyhow::Result<()> {
         serde_json::to_string_pretty(&json)? + "\n",
     )?;
     let mut table = String::from(
-        "| kernel | updates | min | median | p90 | p99 | max | in the agent (mean) |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| kernel | updates | min | median | p90 | p99 | max | creation | in the agent (mean) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for kernel in &kernels {
         table += &format!(
-            "| {} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.1} ms |\n",
+            "| {} | {} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms | {:.1} ms |\n",
             kernel.name,
             kernel.samples.len(),
             kernel.samples[0],
@@ -93,6 +100,7 @@ fn main() -> anyhow::Result<()> {
             kernel.quantile(0.9),
             kernel.quantile(0.99),
             kernel.samples[kernel.samples.len() - 1],
+            kernel.created_ms,
             kernel.in_agent_mean_ms,
         );
     }

@@ -92,8 +92,8 @@ fn policy(namespace: &str, denied: &str) -> String {
 }
 
 /// Applies `document` through `client` (connected already, as a controller's or kubectl's
-/// long-lived client is) and returns how long until a process reading `path` in `pod` in a
-/// tight loop first got EPERM.
+/// long-lived client is) and returns how long until a process reading `path` in `pod` every
+/// millisecond first got EPERM.
 async fn apply_and_time(client: &Client, document: &str, pod: &Cgroup, path: &str) -> Duration {
     let reader = probe_command(Some(pod), &["read-until-denied", path])
         .spawn()
@@ -132,7 +132,7 @@ async fn end_to_end() {
     let bpffs = "/sys/fs/bpf/palisade-test-kube";
     let agent = kube_agent("kube-agent", &node, bpffs, &agent_kubeconfig());
 
-    let mut latencies = vec![apply_and_time(&client, &policy(&ns, first), &web, first).await];
+    let created = apply_and_time(&client, &policy(&ns, first), &web, first).await;
     assert_eq!(
         probe(Some(&db), &["read", first]),
         Answer::Ok,
@@ -175,17 +175,18 @@ async fn end_to_end() {
     assert_eq!(named["policy"], format!("{ns}/web"));
 
     // Edits take effect: the new path is denied, the old one no longer.
-    latencies.push(apply_and_time(&client, &policy(&ns, second), &web, second).await);
+    let mut updates = vec![apply_and_time(&client, &policy(&ns, second), &web, second).await];
     assert_eq!(probe(Some(&web), &["read", first]), Answer::Ok);
     // More edits, alternating, for the latency's spread (PALISADE_APPLY_UPDATES in all, for
     // benchmarks/results: `cargo xtask vm-test --apply-updates 100`).
-    let updates: usize = std::env::var("PALISADE_APPLY_UPDATES")
+    let count: usize = std::env::var("PALISADE_APPLY_UPDATES")
         .ok()
-        .and_then(|updates| updates.parse().ok())
+        .and_then(|count| count.parse().ok())
         .unwrap_or(10);
-    for round in 0..updates.saturating_sub(2) {
-        let path = if round % 2 == 0 { first } else { second };
-        latencies.push(apply_and_time(&client, &policy(&ns, path), &web, path).await);
+    let mut denied = second;
+    for round in 0..count.saturating_sub(1) {
+        denied = if round % 2 == 0 { first } else { second };
+        updates.push(apply_and_time(&client, &policy(&ns, denied), &web, denied).await);
     }
 
     // The status says what this node did.
@@ -220,7 +221,6 @@ async fn end_to_end() {
     })
     .await;
     let late = start_pod(&node, &late);
-    let denied = second; // by the last edit
     assert_eq!(
         probe(Some(&late), &["read", denied]),
         EPERM,
@@ -249,14 +249,12 @@ async fn end_to_end() {
     cleanup_agent(bpffs);
 
     // For benchmarks/results: the VM's init prints it, cargo xtask vm-test saves it.
-    let millis: Vec<f64> = latencies
-        .iter()
-        .map(|latency| latency.as_secs_f64() * 1e3)
-        .collect();
+    let millis = |latency: &Duration| latency.as_secs_f64() * 1e3;
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     let measured = serde_json::json!({
         "kernel": release.trim(),
-        "apply_to_enforce_ms": millis,
+        "create_to_enforce_ms": millis(&created),
+        "apply_to_enforce_ms": updates.iter().map(millis).collect::<Vec<_>>(),
         "in_agent_mean_ms": in_agent_ms,
     });
     std::fs::create_dir_all("/tmp/palisade-results").unwrap();
