@@ -21,10 +21,22 @@ static __always_inline __u32 open_perms(struct file *file)
 	return perms;
 }
 
+/*
+ * Whether `file` is overlayfs's open of the layer's file behind an overlay file, made under the
+ * overlay file's path (open_with_fake_path, 6.1): a repeat, for the same task and access, of the
+ * open decided a moment before; deciding it again would report it twice. Only such a file has a
+ * path that does not lead to its inode. (6.12's backing files carry the layer's own path and are
+ * decided by it.)
+ */
+static __always_inline int under_another_files_path(struct file *file)
+{
+	return file->f_path.dentry->d_inode != file->f_inode;
+}
+
 SEC("lsm/file_open")
 int TARGET_HOOK(file_open, struct file *file, int ret)
 {
-	if (ret)
+	if (ret || under_another_files_path(file))
 		return ret;
 	return check_file(file, PALISADE_HOOK_FILE_OPEN, open_perms(file));
 }

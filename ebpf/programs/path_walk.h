@@ -282,18 +282,6 @@ static __always_inline long without_deleted_suffix(struct scratch *s, struct den
 	return start + 1;
 }
 
-/*
- * Whether `file` is overlayfs's open of the layer's file behind an overlay file, made under the
- * overlay file's path (open_with_fake_path, 6.1): a repeat, for the same task and access, of the
- * open decided a moment before; deciding it again would report it twice. Only such a file has a
- * path that does not lead to its inode. (6.12's backing files carry the layer's own path and are
- * decided by it.)
- */
-static __always_inline int under_another_files_path(struct file *file)
-{
-	return file->f_path.dentry->d_inode != file->f_inode;
-}
-
 /* The body of the hooks on a file already open (open, receive, exec, mmap): match, decide. */
 static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms)
 {
@@ -301,7 +289,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 		return 0;
 	SUBJECT(subject, hook);
 	struct scratch *s = find_path_subject(&subject);
-	if (!s || under_another_files_path(file))
+	if (!s)
 		return 0;
 	/* What needs no path first: then the path is resolved for path rules, or to report. */
 	struct palisade_verdict by_file = {};
