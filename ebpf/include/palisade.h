@@ -106,6 +106,11 @@ typedef uint64_t __u64;
 /* Path rules (the `path_prefixes` trie): without them, file hooks resolve no path. */
 #define PALISADE_LOOKUP_PATHS (1u << 3)
 
+/* Bits of palisade_policy.flags. AlwaysAllow: the kernel leaves the policy's targets alone, as it
+ * does processes that are no target (self-protection included); such a target still shadows the
+ * policy of a target above it. */
+#define PALISADE_POLICY_ALWAYS_ALLOW (1u << 0)
+
 /* Bytes of a cgroup's name in a `pending` key (with its NUL): a systemd pod slice is ~65. */
 #define PALISADE_CGROUP_NAME_LEN 128
 
@@ -178,8 +183,8 @@ struct palisade_verdict {
 /* Value of the `policies` hash map, keyed by policy id: every rule class decided by a flag or a
  * small table rather than a lookup structure of its own. */
 struct palisade_policy {
-	__u32 lookups;  /* PALISADE_LOOKUP_* */
-	__u32 reserved; /* zero */
+	__u32 lookups; /* PALISADE_LOOKUP_* */
+	__u32 flags;   /* PALISADE_POLICY_* */
 	struct palisade_verdict capability[PALISADE_CAP_COUNT];
 	struct palisade_verdict userns_capability; /* any capability in a non-initial user ns */
 	struct palisade_verdict mount;              /* every mount, remount, bind, move */
@@ -227,7 +232,10 @@ struct palisade_network_key {
 
 /* Element 0 of the `config` array map. */
 struct palisade_config {
-	__u64 target_levels; /* bit L: some target is a cgroup at level L */
+	__u64 target_levels; /* bit L: some target (or staged one) is a cgroup at level L */
+	/* Bit L: some target (or staged one) at level L has a policy that is not AlwaysAllow. While
+	 * there is none, the programs have nothing to decide. */
+	__u64 enforced_levels;
 	__u64 protected_pid; /* the loading process: targets may not signal or trace it */
 	/* Audit events of one rule on one target (one policy id): a token bucket refilled with one
 	 * event every audit_interval_ns and holding at most audit_burst_ns worth (a multiple of the

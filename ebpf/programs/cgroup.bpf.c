@@ -3,12 +3,14 @@
  * Arming new cgroups. A policy may name a cgroup that does not exist yet (a pod's, a container's);
  * user space stages it in `pending` by parent and name. The kernel creates the cgroup's kernfs
  * node before mkdir returns, so before any process can be moved in: making it a target here
- * means the first instruction run inside it is already under the policy.
+ * means the first instruction run inside it is already under the policy. AlwaysAllow stages too:
+ * the stage may be replaced by another mode's while the cgroup is created.
  */
 #include "common.h"
 
 SEC("lsm/kernfs_init_security")
-int TARGET_HOOK(kernfs_init_security, struct kernfs_node *kn_dir, struct kernfs_node *kn, int ret)
+int GATED_HOOK(nothing_targeted, kernfs_init_security, struct kernfs_node *kn_dir,
+	       struct kernfs_node *kn, int ret)
 {
 	if (ret)
 		return ret;

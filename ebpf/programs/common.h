@@ -186,7 +186,7 @@ static __always_inline void stat_inc(__u32 index)
 		__sync_fetch_and_add(count, 1);
 }
 
-/* Whether no cgroup is a target, nor staged to become one: then no hook has anything to decide. */
+/* Whether no cgroup is a target, nor staged to become one. */
 static __always_inline int nothing_targeted(void)
 {
 	__u32 zero = 0;
@@ -194,23 +194,31 @@ static __always_inline int nothing_targeted(void)
 	return !cfg || !cfg->target_levels;
 }
 
+/* Whether every target and stage, if any, is in AlwaysAllow: then no hook decides anything. */
+static __always_inline int nothing_enforced(void)
+{
+	__u32 zero = 0;
+	struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	return !cfg || !cfg->enforced_levels;
+}
+
 /*
  * An LSM program, declared as with BPF_PROG (the hook's arguments, then `ret`, the answer of the
- * LSMs before this one). Every decision is about a target, so while nothing is targeted the
- * program answers `ret` after one array load: its body is a function of its own, so that this
- * path sets up no stack and saves no register.
+ * LSMs before this one), that has nothing to do while `idle()`: it then answers `ret` after one
+ * array load. Its body is a function of its own, so that this path sets up no stack and saves no
+ * register.
  */
-#define TARGET_HOOK(name, args...)                                                                 \
+#define GATED_HOOK(idle, name, args...)                                                            \
 	name(unsigned long long *ctx);                                                             \
-	static __noinline int ____##name##_targeted(unsigned long long *ctx);                      \
+	static __noinline int ____##name##_body(unsigned long long *ctx);                      \
 	static __always_inline int ____##name(unsigned long long *ctx, ##args);                    \
 	int name(unsigned long long *ctx)                                                          \
 	{                                                                                          \
-		if (nothing_targeted())                                                            \
+		if (idle())                                                                        \
 			return (int)ctx[___bpf_narg(args) - 1];                                    \
-		return ____##name##_targeted(ctx);                                                 \
+		return ____##name##_body(ctx);                                                 \
 	}                                                                                          \
-	static __noinline int ____##name##_targeted(unsigned long long *ctx)                       \
+	static __noinline int ____##name##_body(unsigned long long *ctx)                       \
 	{                                                                                          \
 		_Pragma("GCC diagnostic push")                                                     \
 		_Pragma("GCC diagnostic ignored \"-Wint-conversion\"")                           \
@@ -219,12 +227,14 @@ static __always_inline int nothing_targeted(void)
 	}                                                                                          \
 	static __always_inline int ____##name(unsigned long long *ctx, ##args)
 
+/* A program whose every decision is about a target whose policy is not AlwaysAllow. */
+#define TARGET_HOOK(name, args...) GATED_HOOK(nothing_enforced, name, ##args)
+
 /*
  * The target covering the current task: its cgroup or the nearest ancestor with a policy.
- * Only levels where some target sits are probed, and none deeper than the task itself, so a
- * task that is not a target costs one array read when nothing is targeted, and one helper call
- * plus one hash lookup per occupied level above it otherwise. The number of rules never matters.
- * The loop is written so that the verifier's states converge at every iteration.
+ * Only levels where some target sits are probed, and none deeper than the task itself: one
+ * helper call plus one hash lookup per occupied level above the task. The number of rules never
+ * matters. The loop is written so that the verifier's states converge at every iteration.
  */
 static __always_inline struct palisade_target *current_target(const struct palisade_config *cfg,
 							      __u64 *target_cgroup_id,
@@ -280,7 +290,8 @@ static __always_inline void account_cost(struct subject *subject)
 #define SUBJECT(name, hook_id)                                                                   \
 	struct subject name __attribute__((cleanup(account_cost))) = { .hook = (hook_id) }
 
-/* Fills `subject` when the current task is a target; false otherwise. */
+/* Fills `subject` when the current task is a target whose policy is not AlwaysAllow; false
+ * otherwise. */
 static __always_inline int find_subject(struct subject *subject)
 {
 	__u32 zero = 0;
@@ -292,7 +303,7 @@ static __always_inline int find_subject(struct subject *subject)
 	if (!subject->target)
 		return 0;
 	subject->policy = bpf_map_lookup_elem(&policies, &subject->target->policy_id);
-	if (!subject->policy)
+	if (!subject->policy || (subject->policy->flags & PALISADE_POLICY_ALWAYS_ALLOW))
 		return 0;
 	if (subject->config->measure_cost)
 		subject->started_ns = bpf_ktime_get_ns();

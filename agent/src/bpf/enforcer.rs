@@ -15,7 +15,7 @@ use super::{
     counters::Counters,
     loader::Programs,
     store::{PolicyMaps, PolicyStore},
-    table::{Installed, LEVELS, Slot, TargetTable},
+    table::{Installed, LEVELS, Levels, Slot, TargetTable},
 };
 use crate::{
     policy::CompiledPolicy,
@@ -92,14 +92,21 @@ impl Enforcer {
             name: "config",
             source,
         };
-        // Maps a previous agent pinned: keep its targets probed (and its policy ids unused).
-        let adopted_levels = config.get(&0, 0).map_err(setup)?.target_levels;
+        // Maps a previous agent pinned: keep its targets probed and enforced (and its policy
+        // ids unused).
+        let pinned = config.get(&0, 0).map_err(setup)?;
+        let adopted_levels = Levels {
+            targets: pinned.target_levels,
+            enforced: pinned.enforced_levels,
+        };
         let mut enforcer = Self {
             programs,
             sizes: *sizes,
             config_map: config,
             config: Config {
                 protected_pid: std::process::id().into(),
+                target_levels: adopted_levels.targets,
+                enforced_levels: adopted_levels.enforced,
                 ..Config::default()
             },
             table: TargetTable::new(targets, pending, adopted_levels),
@@ -122,7 +129,7 @@ impl Enforcer {
             events: Some(events),
         };
         // From here on, targets may not signal or trace this process.
-        enforcer.publish_levels().map_err(setup)?;
+        enforcer.publish_config().map_err(setup)?;
         Ok(enforcer)
     }
 
@@ -298,10 +305,11 @@ impl Enforcer {
     }
 
     /// The one way a slot gets a policy, for targets and armed cgroups alike: the policy's
-    /// entries are written under a new policy id, a new slot's level is probed, the slot is
-    /// pointed at the id in one map update (the kernel sees the old policy or the new, never a
-    /// mix or none), and the old policy's entries are deleted once no program can be reading
-    /// them. An error means nothing changed.
+    /// entries are written under a new policy id, the new policy's level is probed (and
+    /// enforced, unless it is AlwaysAllow), the slot is pointed at the id in one map update (the
+    /// kernel sees the old policy or the new, never a mix or none), then the old policy's level
+    /// is released and its entries are deleted once no program can be reading them. An error
+    /// means nothing changed.
     ///
     /// Invariant: every cgroup the kernel armed points at a policy whose entries exist. The
     /// kernel copies `pending` into `targets` on its own, at any moment, so a cgroup created
@@ -315,37 +323,33 @@ impl Enforcer {
     ) -> Result<(), EnforceError> {
         let level = target.level;
         let policy_id = self.store.add(&policy, target)?;
-        let is_new = self.table.installed(&slot).is_none();
-        let published = if is_new {
-            // Probed before the kernel can find the entry, or it is never found.
-            self.table.count_level(level, 1);
-            self.publish_levels()
-        } else {
-            Ok(())
-        };
-        let pointed = published.map_err(EnforceError::from).and_then(|()| {
-            self.table.point(&slot, policy_id).map_err(|err| {
-                let map = match slot {
-                    Slot::Target(_) => "targets",
-                    Slot::Armed { .. } => "pending",
-                };
-                self.sizes.full_or(map, err)
-            })
-        });
-        if let Err(err) = pointed {
-            if is_new {
-                self.table.count_level(level, -1);
-                let _ = self.publish_levels();
-            }
-            self.store.discard(policy_id, &policy);
-            return Err(err);
-        }
-        let armed = matches!(slot, Slot::Armed { .. });
         let new = Installed {
             policy_id,
             policy,
             level,
         };
+        // Probed and enforced before the kernel can find the entry, or it is never found (or
+        // never enforced).
+        self.table.count_level(&new, 1);
+        let pointed = self
+            .publish_levels()
+            .map_err(EnforceError::from)
+            .and_then(|()| {
+                self.table.point(&slot, policy_id).map_err(|err| {
+                    let map = match slot {
+                        Slot::Target(_) => "targets",
+                        Slot::Armed { .. } => "pending",
+                    };
+                    self.sizes.full_or(map, err)
+                })
+            });
+        if let Err(err) = pointed {
+            self.table.count_level(&new, -1);
+            let _ = self.publish_levels();
+            self.store.discard(policy_id, &new.policy);
+            return Err(err);
+        }
+        let armed = matches!(slot, Slot::Armed { .. });
         let Some(old) = self.table.record(slot, new) else {
             return Ok(());
         };
@@ -360,20 +364,23 @@ impl Enforcer {
                 warn!(
                     policy_id = old.policy_id,
                     "cgroups armed with a replaced stage keep it until their policy is applied, \
-                     its entries left in the maps: {err}"
+                     its entries left in the maps and its level probed until the agent restarts: \
+                     {err}"
                 );
                 return Ok(());
             }
         }
-        self.retire(old);
+        self.release(old);
         Ok(())
     }
 
-    /// After a slot was emptied: its level is no longer probed, its policy retired.
+    /// Once no slot points at `old`: its level is no longer probed (nor enforced) for it, its
+    /// policy retired.
     fn release(&mut self, old: Installed) {
+        self.table.count_level(&old, -1);
         if let Err(err) = self.publish_levels() {
-            // Harmless: one more level probed for nothing.
-            warn!("updating the probed cgroup levels: {err}");
+            // Harmless: a level probed, or enforced, for nothing.
+            warn!("updating the probed and enforced cgroup levels: {err}");
         }
         self.retire(old);
     }
@@ -399,8 +406,14 @@ impl Enforcer {
         self.store.forget(old.policy_id);
     }
 
+    /// Publishes the table's levels, if they changed.
     fn publish_levels(&mut self) -> Result<(), MapError> {
-        self.config.target_levels = self.table.levels();
+        let Levels { targets, enforced } = self.table.levels();
+        if (targets, enforced) == (self.config.target_levels, self.config.enforced_levels) {
+            return Ok(());
+        }
+        self.config.target_levels = targets;
+        self.config.enforced_levels = enforced;
         self.publish_config()
     }
 

@@ -1,6 +1,6 @@
 //! Which policy id each target has: cgroups in `targets`, and cgroups not created yet armed in
 //! `pending` (the kernel copies their entry into `targets` when it creates them), with the
-//! cgroup levels the programs probe.
+//! cgroup levels the programs probe and those where a policy has them decide anything.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -15,6 +15,24 @@ use crate::policy::CompiledPolicy;
 
 /// Cgroup levels the programs can probe (the kernel's config holds them as a mask).
 pub(super) const LEVELS: u32 = 64;
+
+/// Cgroup levels, as masks (bit L: level L), of the kernel's config.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Levels {
+    /// Where some target or stage sits: the levels the programs probe.
+    pub targets: u64,
+    /// Where some target or stage has a policy other than AlwaysAllow: while there is none,
+    /// the programs decide nothing.
+    pub enforced: u64,
+}
+
+/// Policies that slots point at, at one cgroup level.
+#[derive(Debug, Clone, Copy, Default)]
+struct LevelCount {
+    all: u32,
+    /// Those that are not AlwaysAllow.
+    enforced: u32,
+}
 
 /// Where a policy is enforced: a cgroup's entry in `targets`, or one armed in `pending`.
 pub(super) enum Slot {
@@ -52,36 +70,38 @@ pub(super) struct TargetTable {
     installed: HashMap<u64, Installed>,
     /// By (parent id, name).
     staged: HashMap<(u64, String), Installed>,
-    /// Slots per cgroup level.
-    per_level: [u32; LEVELS as usize],
-    /// Levels of the targets a previous agent left in pinned maps, probed until
-    /// `remove_earlier`.
-    adopted_levels: u64,
+    per_level: [LevelCount; LEVELS as usize],
+    /// Levels of the targets a previous agent left in pinned maps, kept until `remove_earlier`.
+    adopted_levels: Levels,
 }
 
 impl TargetTable {
     pub fn new(
         targets: BpfHashMap<MapData, u64, Target>,
         pending: BpfHashMap<MapData, PendingKey, Target>,
-        adopted_levels: u64,
+        adopted_levels: Levels,
     ) -> Self {
         Self {
             targets,
             pending,
             installed: HashMap::new(),
             staged: HashMap::new(),
-            per_level: [0; LEVELS as usize],
+            per_level: [LevelCount::default(); LEVELS as usize],
             adopted_levels,
         }
     }
 
-    /// The cgroup levels the programs must probe, as a mask.
-    pub fn levels(&self) -> u64 {
-        self.per_level
-            .iter()
-            .enumerate()
-            .filter(|(_, count)| **count > 0)
-            .fold(self.adopted_levels, |mask, (level, _)| mask | 1 << level)
+    pub fn levels(&self) -> Levels {
+        let mut levels = self.adopted_levels;
+        for (level, count) in self.per_level.iter().enumerate() {
+            if count.all > 0 {
+                levels.targets |= 1 << level;
+            }
+            if count.enforced > 0 {
+                levels.enforced |= 1 << level;
+            }
+        }
+        levels
     }
 
     pub fn installed(&self, slot: &Slot) -> Option<&Installed> {
@@ -93,12 +113,18 @@ impl TargetTable {
         }
     }
 
-    /// Counts a slot at `level` (`by` +1) or no longer (-1).
-    pub fn count_level(&mut self, level: u32, by: i32) {
-        let count = &mut self.per_level[level as usize];
-        *count = count
-            .checked_add_signed(by)
-            .expect("a level counted once per slot");
+    /// Counts a policy a slot points at (`by` +1), or no longer does (-1), at its level.
+    pub fn count_level(&mut self, installed: &Installed, by: i32) {
+        let count = &mut self.per_level[installed.level as usize];
+        let add = |count: u32| {
+            count
+                .checked_add_signed(by)
+                .expect("counted once per policy a slot points at")
+        };
+        count.all = add(count.all);
+        if !installed.policy.always_allow() {
+            count.enforced = add(count.enforced);
+        }
     }
 
     /// Points `slot` at `policy_id` in the kernel: one map update.
@@ -123,7 +149,7 @@ impl TargetTable {
     /// Empties `slot` in the kernel; returns what it pointed at, if this table filled it. An
     /// error means it still points there.
     pub fn remove(&mut self, slot: &Slot) -> Result<Option<Installed>, MapError> {
-        let old = match slot {
+        Ok(match slot {
             Slot::Target(id) => {
                 if !self.installed.contains_key(id) {
                     return Ok(None);
@@ -143,11 +169,7 @@ impl TargetTable {
                 self.pending.remove(key)?;
                 self.staged.remove(&staged)
             }
-        };
-        if let Some(old) = &old {
-            self.count_level(old.level, -1);
-        }
-        Ok(old)
+        })
     }
 
     /// Whether the kernel has an entry for `slot`, this table's or an earlier agent's. A map
@@ -192,7 +214,7 @@ impl TargetTable {
         for key in &stale_pending {
             self.pending.remove(key)?;
         }
-        self.adopted_levels = 0;
+        self.adopted_levels = Levels::default();
         Ok((live, stale.len()))
     }
 

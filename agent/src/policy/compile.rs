@@ -4,8 +4,10 @@
 
 use std::fmt::Display;
 
+use palisade_common::POLICY_ALWAYS_ALLOW;
+
 use super::{
-    Action, CustomRules, OnFailure, Policy, PolicyError,
+    Action, CustomRules, Mode, OnFailure, Policy, PolicyError,
     catalog::Environment,
     encode::{MapEntries, encode},
     lower::{Violations, lower},
@@ -68,6 +70,12 @@ impl CompiledPolicy {
     pub fn deciders(&self) -> &[Decider] {
         &self.deciders
     }
+
+    /// Whether the kernel leaves the policy's targets alone (mode AlwaysAllow): then they need
+    /// no program to decide anything.
+    pub fn always_allow(&self) -> bool {
+        self.entries.switches.flags & POLICY_ALWAYS_ALLOW != 0
+    }
 }
 
 /// Compiles a parsed policy. `source` (a file, a custom resource) only names it in errors.
@@ -78,7 +86,10 @@ pub fn compile(
     modules: &[CustomRules],
 ) -> Result<CompiledPolicy, PolicyError> {
     let rules = lower(source, policy, env, modules)?;
-    let entries = encode(&rules, Violations::of(policy));
+    let mut entries = encode(&rules, Violations::of(policy));
+    if policy.spec.mode == Mode::AlwaysAllow {
+        entries.switches.flags |= POLICY_ALWAYS_ALLOW;
+    }
     let deciders = policy
         .spec
         .rule_modules
@@ -156,18 +167,31 @@ pub(super) mod testing {
 #[cfg(test)]
 mod tests {
     use palisade_common::{
-        ACTION_AUDIT, ACTION_DENY, PERM_EXEC, PERM_READ, PERM_WRITE, Policy as KernelPolicy,
-        Verdict,
+        ACTION_AUDIT, ACTION_DENY, PERM_EXEC, PERM_READ, PERM_WRITE, POLICY_ALWAYS_ALLOW,
+        Policy as KernelPolicy, Verdict,
     };
 
     use super::testing::{decide, parse, rule_names, with_spec};
 
     #[test]
-    fn always_allow_compiles_to_nothing() {
+    fn always_allow_compiles_to_nothing_and_is_left_alone() {
         let policy = parse(&with_spec("  mode: AlwaysAllow\n")).unwrap();
         assert!(policy.rules().is_empty());
         assert!(policy.entries().prefixes.is_empty());
-        assert_eq!(policy.entries().switches, KernelPolicy::default());
+        assert!(policy.always_allow());
+        assert_eq!(
+            policy.entries().switches,
+            KernelPolicy {
+                flags: POLICY_ALWAYS_ALLOW,
+                ..KernelPolicy::default()
+            }
+        );
+        let privileged = parse(&with_spec(
+            "  mode: EnhanceProtect\n  enhanceProtect: {privileged: true}\n",
+        ))
+        .unwrap();
+        assert!(privileged.rules().is_empty());
+        assert!(!privileged.always_allow(), "self-protection still applies");
     }
 
     #[test]

@@ -12,13 +12,38 @@ fn always_allow_watches_and_denies_nothing() {
         &target,
         policy_with_spec("always-allow", "  mode: AlwaysAllow\n"),
     );
+    // Self-protection included: this test process loaded the programs, it stands for the agent.
+    let (me, urgent) = (std::process::id().to_string(), libc::SIGURG.to_string());
     for allowed in [
         vec!["read", "/proc/kcore"],
         vec!["readlink", "/proc/1/root"],
         vec!["sethostname"],
+        vec!["kill", &me, &urgent],
     ] {
         assert_allowed(&mut kernel, &target, &allowed);
     }
+}
+
+#[test]
+fn always_allow_switches_in_place_and_wins_below_another_mode() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "always-allow-switch");
+    let always_allow = policy_with_spec("switch", "  mode: AlwaysAllow\n");
+    let runtime_default = policy_with_spec("switch", "  mode: RuntimeDefault\n");
+    let kcore = ["read", "/proc/kcore"];
+    // While the only target is in AlwaysAllow the programs decide nothing: each switch must
+    // have them decide again before the target points at the policy that denies.
+    for round in 0..2 {
+        kernel.apply(&target, always_allow.clone());
+        assert_allowed(&mut kernel, &target, &kcore);
+        kernel.apply(&target, runtime_default.clone());
+        assert_eq!(probe(Some(&target), &kcore), EPERM, "round {round}");
+    }
+    // A deeper target's policy wins, AlwaysAllow too; the target above still denies.
+    let child = kernel.cgroup(Some(&target), "left-alone");
+    kernel.apply(&child, always_allow);
+    assert_allowed(&mut kernel, &child, &kcore);
+    assert_eq!(probe(Some(&target), &kcore), EPERM);
 }
 
 #[test]
