@@ -210,15 +210,15 @@ static __always_inline int nothing_enforced(void)
  */
 #define GATED_HOOK(idle, name, args...)                                                            \
 	name(unsigned long long *ctx);                                                             \
-	static __noinline int ____##name##_body(unsigned long long *ctx);                      \
+	static __noinline int ____##name##_body(unsigned long long *ctx);                          \
 	static __always_inline int ____##name(unsigned long long *ctx, ##args);                    \
 	int name(unsigned long long *ctx)                                                          \
 	{                                                                                          \
 		if (idle())                                                                        \
 			return (int)ctx[___bpf_narg(args) - 1];                                    \
-		return ____##name##_body(ctx);                                                 \
+		return ____##name##_body(ctx);                                                     \
 	}                                                                                          \
-	static __noinline int ____##name##_body(unsigned long long *ctx)                       \
+	static __noinline int ____##name##_body(unsigned long long *ctx)                           \
 	{                                                                                          \
 		_Pragma("GCC diagnostic push")                                                     \
 		_Pragma("GCC diagnostic ignored \"-Wint-conversion\"")                           \
