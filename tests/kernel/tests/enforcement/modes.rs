@@ -39,11 +39,15 @@ fn always_allow_switches_in_place_and_wins_below_another_mode() {
         kernel.apply(&target, runtime_default.clone());
         assert_eq!(probe(Some(&target), &kcore), EPERM, "round {round}");
     }
-    // A deeper target's policy wins, AlwaysAllow too; the target above still denies.
+    // A deeper target's policy wins, AlwaysAllow too, self-protection included (this test
+    // process stands for the agent); the target above still denies.
     let child = kernel.cgroup(Some(&target), "left-alone");
     kernel.apply(&child, always_allow);
+    let (me, urgent) = (std::process::id().to_string(), libc::SIGURG.to_string());
     assert_allowed(&mut kernel, &child, &kcore);
+    assert_allowed(&mut kernel, &child, &["kill", &me, &urgent]);
     assert_eq!(probe(Some(&target), &kcore), EPERM);
+    assert_eq!(probe(Some(&target), &["kill", &me, &urgent]), EPERM);
 }
 
 #[test]
