@@ -2,7 +2,11 @@
 //! policy ids and switched in with one map update (`swap`), so a replacement is atomic and never
 //! reloads programs.
 
-use std::{collections::BTreeMap, path::Path, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashSet},
+    path::Path,
+    sync::Arc,
+};
 
 use aya::maps::{Array, MapData, MapError, RingBuf};
 use palisade_common::Config;
@@ -49,6 +53,8 @@ pub struct Enforcer {
     counters: Counters,
     protected: ProtectedFiles,
     events: Option<RingBuf<MapData>>,
+    /// Policies no slot points at any more, their entries not deleted yet.
+    released: Vec<Installed>,
 }
 
 impl Enforcer {
@@ -127,6 +133,7 @@ impl Enforcer {
             counters: Counters::new(stats, rule_counts, hook_cost),
             protected: ProtectedFiles::new(protected_inodes),
             events: Some(events),
+            released: Vec::new(),
         };
         // From here on, targets may not signal or trace this process.
         enforcer.publish_config().map_err(setup)?;
@@ -138,6 +145,8 @@ impl Enforcer {
     /// the targets and policies this agent has not applied. Call it once every policy is
     /// applied, so that no target is left less protected than before.
     pub fn retire_previous(&mut self) -> Result<(), RetireError> {
+        // Their entries are not live either: retired first, their decision counts kept.
+        self.retire_released();
         self.programs.remove_other_builds()?;
         let (live, stale_targets) = self.table.remove_earlier()?;
         self.protected.remove_others()?;
@@ -308,8 +317,8 @@ impl Enforcer {
     /// entries are written under a new policy id, the new policy's level is probed (and
     /// enforced, unless it is AlwaysAllow), the slot is pointed at the id in one map update (the
     /// kernel sees the old policy or the new, never a mix or none), then the old policy's level
-    /// is released and its entries are deleted once no program can be reading them. An error
-    /// means nothing changed.
+    /// is released (its entries deleted by `retire_released`, once no program can be reading
+    /// them). An error means nothing changed.
     ///
     /// Invariant: every cgroup the kernel armed points at a policy whose entries exist. The
     /// kernel copies `pending` into `targets` on its own, at any moment, so a cgroup created
@@ -374,36 +383,55 @@ impl Enforcer {
         Ok(())
     }
 
-    /// Once no slot points at `old`: its level is no longer probed (nor enforced) for it, its
-    /// policy retired.
+    /// Once no slot points at `old`: its level is no longer probed (nor enforced) for it, and
+    /// its policy waits for `retire_released`.
     fn release(&mut self, old: Installed) {
         self.table.count_level(&old, -1);
         if let Err(err) = self.publish_levels() {
             // Harmless: a level probed, or enforced, for nothing.
             warn!("updating the probed and enforced cgroup levels: {err}");
         }
-        self.retire(old);
+        self.released.push(old);
     }
 
-    /// Deletes a policy's entries once no program can still be using them. The policy is no
-    /// longer reachable: a failure here only leaves unused entries behind, so it is logged.
-    fn retire(&mut self, old: Installed) {
-        match self.store.wait_for_running_programs() {
-            Ok(()) => {
-                self.store.delete_entries(old.policy_id, &old.policy);
-                if let Err(err) = self.counters.fold(old.policy_id, self.store.registry()) {
-                    warn!(
-                        policy_id = old.policy_id,
-                        "decision counts of a replaced policy left in the kernel: {err}"
-                    );
-                }
-            }
-            Err(err) => warn!(
-                policy_id = old.policy_id,
-                "entries of a replaced policy left in the maps: {err}"
-            ),
+    /// The policy ids whose entries are in the kernel: those slots point at, and those released
+    /// and not retired yet.
+    pub fn stored_policy_ids(&self) -> Result<HashSet<u32>, MapError> {
+        self.store.stored_ids()
+    }
+
+    /// Whether policies no slot points at any more wait for `retire_released`.
+    pub fn has_released(&self) -> bool {
+        !self.released.is_empty()
+    }
+
+    /// Deletes the entries of the policies no slot points at any more, after one wait for the
+    /// programs that may still be using them: a change to many targets, or many changes in a
+    /// row, wait once. Their entries stay until then, unreachable. A failure here only leaves
+    /// unused entries behind, so it is logged.
+    pub fn retire_released(&mut self) {
+        if self.released.is_empty() {
+            return;
         }
-        self.store.forget(old.policy_id);
+        let waited = self.store.wait_for_running_programs();
+        for old in std::mem::take(&mut self.released) {
+            match &waited {
+                Ok(()) => {
+                    self.store.delete_entries(old.policy_id, &old.policy);
+                    if let Err(err) = self.counters.fold(old.policy_id, self.store.registry()) {
+                        warn!(
+                            policy_id = old.policy_id,
+                            "decision counts of a replaced policy left in the kernel: {err}"
+                        );
+                    }
+                }
+                Err(err) => warn!(
+                    policy_id = old.policy_id,
+                    "entries of a replaced policy left in the maps: {err}"
+                ),
+            }
+            self.store.forget(old.policy_id);
+        }
     }
 
     /// Publishes the table's levels, if they changed.

@@ -94,6 +94,11 @@ impl PolicyStore {
         self.maps.sync_barrier.set(0, &self.maps.sync_inner, 0)
     }
 
+    /// The policy ids that have entries.
+    pub fn stored_ids(&self) -> Result<HashSet<u32>, MapError> {
+        self.maps.policies.keys().collect()
+    }
+
     /// Deletes every entry of a policy id not in `live`; returns how many.
     pub fn purge_except(&mut self, live: &HashSet<u32>) -> Result<usize, MapError> {
         fn stale<K>(

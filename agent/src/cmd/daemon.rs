@@ -34,6 +34,10 @@ use crate::{
 };
 
 const RESYNC_INTERVAL: Duration = Duration::from_secs(2);
+/// How long replaced policies wait before their entries are deleted (`retire_released`): a wait
+/// for the programs using them, then deletes, that the changed targets need not wait behind,
+/// once for a burst of changes.
+const RETIRE_DELAY: Duration = Duration::from_millis(100);
 /// The control loop's nice value. Its work (reconciling policies, serving `/metrics` and
 /// `/healthz`, copying the ring buffer into the event queue) is short and must not wait behind
 /// the event worker or the targets when CPUs are busy: it wins the CPU when it has work and
@@ -356,6 +360,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     // Targets come and go without the policies changing: look again now and then.
     let mut resync = tokio::time::interval(RESYNC_INTERVAL);
     let mut losses = tokio::time::interval(Duration::from_secs(10));
+    let mut retire_at = None;
     loop {
         tokio::select! {
             Some(()) = changed.recv() => {
@@ -373,10 +378,19 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             Some(reply) = snapshot_requests.recv() => {
                 let _ = reply.send(snapshot(&session));
             }
+            () = tokio::time::sleep_until(retire_at.unwrap_or_else(tokio::time::Instant::now)),
+                if retire_at.is_some() => {
+                session.enforcer.retire_released();
+                retire_at = None;
+            }
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
         }
+        if retire_at.is_none() && session.enforcer.has_released() {
+            retire_at = Some(tokio::time::Instant::now() + RETIRE_DELAY);
+        }
     }
+    session.enforcer.retire_released();
     server.abort();
     drop(dir_watcher);
     session.stop_events();

@@ -14,6 +14,7 @@ pub use reconcile::{Objects, PolicyKey, PolicyObject, PolicyReport, Reconciler};
 pub use status::{Observed, StatusWriter, observations, status_for};
 
 use std::{
+    collections::HashMap,
     fmt::Debug,
     hash::Hash,
     sync::{Arc, Mutex},
@@ -69,18 +70,21 @@ impl Cluster {
                 .default_backoff()
                 .modify(|pod| pod.managed_fields_mut().clear()),
             "pods",
+            Watching::Everything,
             changed.clone(),
             unreconciled.clone(),
         );
         let policies = reflect(
             watcher(Api::all(client.clone()), watcher::Config::default()).default_backoff(),
             "PalisadePolicy",
+            Watching::Generations,
             changed.clone(),
             unreconciled.clone(),
         );
         let cluster_policies = reflect(
             watcher(Api::all(client.clone()), watcher::Config::default()).default_backoff(),
             "PalisadeClusterPolicy",
+            Watching::Generations,
             changed.clone(),
             unreconciled.clone(),
         );
@@ -91,6 +95,7 @@ impl Cluster {
             )
             .default_backoff(),
             "namespaces",
+            Watching::Everything,
             changed,
             unreconciled.clone(),
         );
@@ -179,11 +184,22 @@ impl Cluster {
     }
 }
 
-/// Keeps a store of what `stream` sees, asking for a reconcile at every change (and noting
-/// when the first one not reconciled yet came in `unreconciled`).
+/// Which changes to an object ask for a reconcile.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Watching {
+    Everything,
+    /// New objects, deleted ones, and new generations (of the spec): a policy's status, which
+    /// the agent of every node selecting pods writes, asks for none. The next reconcile (at the
+    /// latest the resync) sees it.
+    Generations,
+}
+
+/// Keeps a store of what `stream` sees, asking for a reconcile at every change `watching`
+/// names (and noting when the first one not reconciled yet came in `unreconciled`).
 fn reflect<K, S>(
     stream: S,
     what: &'static str,
+    watching: Watching,
     changed: mpsc::Sender<()>,
     unreconciled: Arc<Mutex<Option<Instant>>>,
 ) -> Store<K>
@@ -196,8 +212,13 @@ where
     let stream = stream.reflect(writer);
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
+        // The generation last seen of each object, by UID.
+        let mut generations = HashMap::new();
         while let Some(event) = stream.next().await {
             match event {
+                Ok(event)
+                    if watching == Watching::Generations
+                        && !new_generation(&mut generations, &event) => {}
                 Ok(_) => {
                     unreconciled
                         .lock()
@@ -211,4 +232,70 @@ where
         }
     });
     store
+}
+
+/// Whether `event` brings a new object, a new generation of one or a deletion; remembers the
+/// generation of each object in `seen`, by UID.
+fn new_generation<K: Resource>(
+    seen: &mut HashMap<Option<String>, Option<i64>>,
+    event: &watcher::Event<K>,
+) -> bool {
+    match event {
+        watcher::Event::Apply(object) | watcher::Event::InitApply(object) => {
+            let generation = object.meta().generation;
+            seen.insert(object.uid(), generation) != Some(generation)
+        }
+        watcher::Event::Delete(object) => {
+            seen.remove(&object.uid());
+            true
+        }
+        watcher::Event::Init | watcher::Event::InitDone => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn object(uid: &str, generation: i64) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                uid: Some(uid.to_owned()),
+                generation: Some(generation),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    #[test]
+    fn only_new_objects_generations_and_deletions_ask_for_a_reconcile() {
+        let mut seen = HashMap::new();
+        let apply = |uid, generation| watcher::Event::Apply(object(uid, generation));
+        assert!(new_generation(&mut seen, &apply("a", 1)), "a new object");
+        // What a status write is to a policy: a change that keeps the generation.
+        let mut written = object("a", 1);
+        written.data = Some([("status".to_owned(), "new".to_owned())].into());
+        assert!(!new_generation(&mut seen, &watcher::Event::Apply(written)));
+        assert!(
+            new_generation(&mut seen, &apply("a", 2)),
+            "a new generation"
+        );
+        assert!(new_generation(&mut seen, &apply("b", 2)), "another object");
+        assert!(new_generation(
+            &mut seen,
+            &watcher::Event::Delete(object("b", 2))
+        ));
+        assert!(
+            new_generation(&mut seen, &apply("b", 2)),
+            "after its deletion"
+        );
+        assert!(new_generation(
+            &mut seen,
+            &watcher::Event::<ConfigMap>::InitDone
+        ));
+    }
 }

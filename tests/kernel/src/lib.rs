@@ -308,6 +308,7 @@ impl Drop for Kernel {
             let _ = std::fs::write(cgroup.path.join("cgroup.kill"), "1");
             let _ = cgroup.remove();
         }
+        self.loaded.enforcer.retire_released();
     }
 }
 

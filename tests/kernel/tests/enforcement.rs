@@ -284,6 +284,30 @@ fn rule_removal_takes_effect_without_reloading_programs() {
 }
 
 #[test]
+fn a_replaced_policy_stays_in_the_kernel_until_retired() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "retired");
+    let denied = file("/tmp/retired/denied");
+    let stored = |kernel: &mut Kernel| kernel.enforcer().stored_policy_ids().unwrap();
+    kernel.apply(&target, policy("v1", &deny_read(denied)));
+    let first = stored(&mut kernel);
+    kernel.apply(&target, policy("v2", &deny_read(denied)));
+    let both = stored(&mut kernel);
+    assert!(
+        first.is_subset(&both) && both.len() == first.len() + 1,
+        "the replaced version stays until retired: {first:?}, then {both:?}"
+    );
+    kernel.enforcer().retire_released();
+    let retired: Vec<u32> = both.difference(&stored(&mut kernel)).copied().collect();
+    assert!(
+        retired.len() == 1 && first.contains(&retired[0]),
+        "only the replaced version is deleted: {retired:?} of {both:?}"
+    );
+    assert_eq!(probe(Some(&target), &["read", denied]), EPERM);
+    assert!(!kernel.enforcer().has_released());
+}
+
+#[test]
 fn policy_replacement_is_atomic() {
     let mut kernel = Kernel::new();
     let target = kernel.cgroup(None, "atomic");
@@ -321,6 +345,8 @@ fn policy_replacement_is_atomic() {
     let (mut replacements, mut denials_meanwhile) = (0, 0);
     while replacements < 30 || started.elapsed() < Duration::from_secs(2) {
         kernel.apply(&target, versions[replacements % 2].clone());
+        // Each version's entries deleted before the next one, while the reader reads.
+        kernel.enforcer().retire_released();
         replacements += 1;
         denials_meanwhile += kernel.events().len();
     }

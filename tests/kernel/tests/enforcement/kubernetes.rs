@@ -61,9 +61,15 @@ fn agent_kubeconfig() -> PathBuf {
     binary("PALISADE_AGENT_KUBECONFIG")
 }
 
-/// `palisade agent --kubernetes` for `node` (as `kubeconfig` says), once ready; `name` names its
-/// log and events.
-fn kube_agent(name: &str, node: &Node, bpffs: &str, kubeconfig: &Path) -> Agent {
+/// `palisade agent --kubernetes` for `node` (as `kubeconfig` says), writing statuses at most
+/// every `status_interval`, once ready; `name` names its log and events.
+fn kube_agent(
+    name: &str,
+    node: &Node,
+    bpffs: &str,
+    kubeconfig: &Path,
+    status_interval: &str,
+) -> Agent {
     let agent = Agent::spawn(
         name,
         &[
@@ -75,7 +81,7 @@ fn kube_agent(name: &str, node: &Node, bpffs: &str, kubeconfig: &Path) -> Agent 
             "--cgroup-driver",
             "systemd",
             "--status-interval",
-            "1s",
+            status_interval,
             "--rule-modules",
             fresh_dir(&format!("/tmp/{name}-modules")),
         ],
@@ -95,9 +101,15 @@ fn policy(namespace: &str, denied: &str) -> String {
 /// long-lived client is) and returns how long until a process reading `path` in `pod` every
 /// millisecond first got EPERM.
 async fn apply_and_time(client: &Client, document: &str, pod: &Cgroup, path: &str) -> Duration {
-    let reader = probe_command(Some(pod), &["read-until-denied", path])
-        .spawn()
-        .expect("starting the reader");
+    let mut reader = probe_command(Some(pod), &["read-until-denied", path]);
+    // SAFETY: setpriority is async-signal-safe. The reader is the pod's: default priority.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut reader, || {
+            set_nice(0, 0);
+            Ok(())
+        })
+    };
+    let reader = reader.spawn().expect("starting the reader");
     let pid = reader.id() as i32;
     // Let it start reading (and be allowed) before the change.
     std::thread::sleep(Duration::from_millis(300));
@@ -117,6 +129,37 @@ async fn apply_and_time(client: &Client, document: &str, pod: &Cgroup, path: &st
     Duration::from_nanos((denied - applied.as_nanos()) as u64)
 }
 
+/// Sets the nice value of thread `tid` (0: the calling thread).
+fn set_nice(tid: libc::id_t, nice: i32) {
+    // SAFETY: no memory is passed. As root, any value may be set.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) };
+}
+
+/// While it lives, every thread of this process (and those they start) runs at the lowest
+/// priority.
+struct LowestPriority;
+
+impl LowestPriority {
+    fn new() -> Self {
+        renice_this_process(19);
+        Self
+    }
+}
+
+impl Drop for LowestPriority {
+    fn drop(&mut self) {
+        renice_this_process(0);
+    }
+}
+
+fn renice_this_process(nice: i32) {
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        if let Ok(tid) = task.file_name().to_string_lossy().parse() {
+            set_nice(tid, nice);
+        }
+    }
+}
+
 #[test]
 fn kubernetes_policies_reach_the_selected_pods_only() {
     block_on(end_to_end());
@@ -130,8 +173,14 @@ async fn end_to_end() {
     let second = file("/tmp/kube/second");
 
     let bpffs = "/sys/fs/bpf/palisade-test-kube";
-    let agent = kube_agent("kube-agent", &node, bpffs, &agent_kubeconfig());
+    // Statuses written as often as by default: the API server handles a status write and a
+    // policy update of one object one after the other, and the updates are measured.
+    let agent = kube_agent("kube-agent", &node, bpffs, &agent_kubeconfig(), "10s");
 
+    // While latencies are measured, this test's API client stands in for one on another machine
+    // (kubectl, a controller): on this one-CPU VM, its work must not take the CPU from the node's
+    // agent and pods. The readers, the pod's processes, keep the default priority.
+    let lowest = LowestPriority::new();
     let created = apply_and_time(&client, &policy(&ns, first), &web, first).await;
     assert_eq!(
         probe(Some(&db), &["read", first]),
@@ -188,6 +237,8 @@ async fn end_to_end() {
         denied = if round % 2 == 0 { first } else { second };
         updates.push(apply_and_time(&client, &policy(&ns, denied), &web, denied).await);
     }
+
+    drop(lowest);
 
     // The status says what this node did.
     let policies: Api<PalisadePolicy> = Api::namespaced(client.clone(), &ns);
@@ -312,7 +363,7 @@ async fn fail_closed() {
         })
         .await
     };
-    let agent = kube_agent("fail-closed-agent", &node, bpffs, &agent_kubeconfig());
+    let agent = kube_agent("fail-closed-agent", &node, bpffs, &agent_kubeconfig(), "1s");
     denied(&web, baseline_file).await;
 
     // The namespace's own policy wins selection and is broken: the pod keeps the cluster
@@ -334,7 +385,13 @@ async fn fail_closed() {
     // policy, so it keeps what the killed one left in the kernel.
     agent.stop(libc::SIGKILL);
     apply_policy(&client, &broken(&policy(&ns, own_file))).await;
-    let agent = kube_agent("fail-closed-agent-2", &node, bpffs, &agent_kubeconfig());
+    let agent = kube_agent(
+        "fail-closed-agent-2",
+        &node,
+        bpffs,
+        &agent_kubeconfig(),
+        "1s",
+    );
     rejected(&policies).await;
     for pod in [&web, &late] {
         assert_eq!(
@@ -487,7 +544,7 @@ async fn outage() {
     let kubeconfig = "/tmp/outage-kubeconfig";
     let mut relay = Relay::start(&agent_kubeconfig(), kubeconfig);
     let bpffs = "/sys/fs/bpf/palisade-test-outage";
-    let agent = kube_agent("outage-agent", &node, bpffs, Path::new(kubeconfig));
+    let agent = kube_agent("outage-agent", &node, bpffs, Path::new(kubeconfig), "1s");
     eventually("the policy enforced", async || {
         (probe(Some(&web), &["read", first]) == EPERM).then_some(())
     })
