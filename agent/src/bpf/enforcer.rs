@@ -331,7 +331,14 @@ impl Enforcer {
         policy: Arc<CompiledPolicy>,
     ) -> Result<(), EnforceError> {
         let level = target.level;
-        let policy_id = self.store.add(&policy, target)?;
+        let policy_id = match self.store.add(&policy, target.clone()) {
+            // Room the replaced policies hold: freed now rather than later.
+            Err(EnforceError::Full { .. }) if self.has_released() => {
+                self.retire_released();
+                self.store.add(&policy, target)?
+            }
+            added => added?,
+        };
         let new = Installed {
             policy_id,
             policy,
@@ -394,8 +401,8 @@ impl Enforcer {
         self.released.push(old);
     }
 
-    /// The policy ids whose entries are in the kernel: those slots point at, and those released
-    /// and not retired yet.
+    /// The policy ids whose entries are in the kernel: those slots point at, those released and
+    /// not retired yet, and what an earlier agent left.
     pub fn stored_policy_ids(&self) -> Result<HashSet<u32>, MapError> {
         self.store.stored_ids()
     }

@@ -1,8 +1,9 @@
 //! `palisade agent --kubernetes`: policies from the PalisadePolicy and PalisadeClusterPolicy
 //! custom resources, enforced on the pods of this node. Reflectors keep the policies, this node's
-//! pods (`spec.nodeName`) and the namespaces' labels in memory; every change asks for a
-//! reconcile, which resolves each selected pod to its cgroup and installs its policy (arming
-//! cgroups the kubelet has not created yet), and reports on each policy in its status.
+//! pods (`spec.nodeName`) and the namespaces' labels in memory; every change (to a policy, a new
+//! generation of its spec) asks for a reconcile, which resolves each selected pod to its cgroup
+//! and installs its policy (arming cgroups the kubelet has not created yet), and reports on each
+//! policy in its status.
 
 mod owner;
 mod reconcile;
@@ -53,8 +54,8 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts the reflectors, each change sent on `changed`, and the status writer; returns once
-    /// every reflector has its first full list.
+    /// Starts the reflectors (each change `Watching` names sent on `changed`) and the status
+    /// writer; returns once every reflector has its first full list.
     pub async fn connect(
         client: Client,
         node: &str,
@@ -249,7 +250,12 @@ fn new_generation<K: Resource>(
             seen.remove(&object.uid());
             true
         }
-        watcher::Event::Init | watcher::Event::InitDone => true,
+        // A new list: objects deleted meanwhile are not in it.
+        watcher::Event::Init => {
+            seen.clear();
+            true
+        }
+        watcher::Event::InitDone => true,
     }
 }
 

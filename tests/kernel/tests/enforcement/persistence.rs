@@ -279,6 +279,9 @@ fn pods_created_while_their_policy_is_restaged_never_run_unconfined() {
                 .enforcer()
                 .stage(&parent, &name, versions[restaged % 2].clone())
                 .unwrap();
+            // The version before deleted at once: a pod armed with it and missed by the
+            // repoint would be unconfined.
+            kernel.enforcer().retire_released();
         }
         let (pod, first) = creating.join().unwrap();
         assert_eq!(first, EPERM, "round {round}: the pod's first process");
@@ -379,6 +382,39 @@ fn a_policy_too_large_for_the_maps_is_rejected_and_resizing_them_leaves_no_momen
         log.contains("path_prefixes is (type, key size, value size, entries, flags)"),
         "{log}"
     );
+    cleanup_agent(bpffs);
+}
+
+#[test]
+fn replaced_policies_not_retired_yet_make_room_when_the_maps_are_full() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "room");
+    let versions = [
+        "/tmp/room/a",
+        "/tmp/room/b",
+        "/tmp/room/c",
+        "/tmp/room/d",
+        "/tmp/room/e",
+        "/tmp/room/f",
+    ]
+    .map(file);
+    let bpffs = "/sys/fs/bpf/palisade-test-room";
+    let _ = std::fs::remove_dir_all(bpffs);
+    let sizes = MapSizes {
+        path_entries: 4,
+        ..MapSizes::default()
+    };
+    let mut enforcer = Enforcer::load_pinned(PinnedState::new(Path::new(bpffs)), &sizes).unwrap();
+    // One path entry each, the versions replaced keep theirs until retired: the fifth would
+    // not fit beside them.
+    for path in versions {
+        enforcer
+            .apply(&target, policy("room", &deny_read(path)))
+            .unwrap_or_else(|err| panic!("applying the version denying {path}: {err}"));
+    }
+    assert_eq!(probe(Some(&target), &["read", versions[5]]), EPERM);
+    assert_eq!(probe(Some(&target), &["read", versions[0]]), Answer::Ok);
+    drop(enforcer);
     cleanup_agent(bpffs);
 }
 
