@@ -18,7 +18,7 @@ use super::{
     Stats,
     counters::Counters,
     loader::Programs,
-    store::{PolicyMaps, PolicyStore},
+    store::{PolicyMaps, PolicyStore, ProgramsBarrier},
     table::{Installed, LEVELS, Levels, Slot, TargetTable},
 };
 use crate::{
@@ -55,6 +55,11 @@ pub struct Enforcer {
     events: Option<RingBuf<MapData>>,
     /// Policies no slot points at any more, their entries not deleted yet.
     released: Vec<Installed>,
+    /// Released policies taken by `start_retiring`: their entries are deleted by
+    /// `finish_retiring` (or a `retire_released` meanwhile).
+    retiring: Vec<Installed>,
+    /// Whether a barrier `start_retiring` returned has not been reported to `finish_retiring`.
+    barrier_out: bool,
 }
 
 impl Enforcer {
@@ -125,8 +130,7 @@ impl Enforcer {
                     globs,
                     prefixes: path_prefixes,
                     suffixes: path_suffixes,
-                    sync_barrier,
-                    sync_inner,
+                    barrier: ProgramsBarrier::new(sync_barrier, sync_inner),
                 },
                 *sizes,
             ),
@@ -134,6 +138,8 @@ impl Enforcer {
             protected: ProtectedFiles::new(protected_inodes),
             events: Some(events),
             released: Vec::new(),
+            retiring: Vec::new(),
+            barrier_out: false,
         };
         // From here on, targets may not signal or trace this process.
         enforcer.publish_config().map_err(setup)?;
@@ -409,7 +415,7 @@ impl Enforcer {
 
     /// Whether policies no slot points at any more wait for `retire_released`.
     pub fn has_released(&self) -> bool {
-        !self.released.is_empty()
+        !self.released.is_empty() || !self.retiring.is_empty()
     }
 
     /// Deletes the entries of the policies no slot points at any more, after one wait for the
@@ -417,11 +423,36 @@ impl Enforcer {
     /// row, wait once. Their entries stay until then, unreachable. A failure here only leaves
     /// unused entries behind, so it is logged.
     pub fn retire_released(&mut self) {
-        if self.released.is_empty() {
+        if !self.has_released() {
             return;
         }
+        self.retiring.append(&mut self.released);
         let waited = self.store.wait_for_running_programs();
-        for old in std::mem::take(&mut self.released) {
+        self.delete_retiring(waited);
+    }
+
+    /// `retire_released` in two halves, so that the wait (a grace period, up to tens of
+    /// milliseconds) can run off the caller's thread while it applies policies: takes the
+    /// policies released so far and returns the barrier to wait on, then hand its result to
+    /// `finish_retiring`. None if nothing was released, or the last barrier is still out.
+    pub fn start_retiring(&mut self) -> Option<ProgramsBarrier> {
+        if self.released.is_empty() || self.barrier_out {
+            return None;
+        }
+        self.retiring.append(&mut self.released);
+        self.barrier_out = true;
+        Some(self.store.barrier())
+    }
+
+    /// Deletes the entries of the policies `start_retiring` took, once its barrier returned
+    /// `waited`; those released since wait for the next barrier.
+    pub fn finish_retiring(&mut self, waited: Result<(), MapError>) {
+        self.barrier_out = false;
+        self.delete_retiring(waited);
+    }
+
+    fn delete_retiring(&mut self, waited: Result<(), MapError>) {
+        for old in std::mem::take(&mut self.retiring) {
             match &waited {
                 Ok(()) => {
                     self.store.delete_entries(old.policy_id, &old.policy);

@@ -26,6 +26,7 @@ pub use preflight::{KERNEL_BTF, LoadError, LsmList, Preflight};
 pub use protected::{ProtectError, ProtectedFiles, Protection};
 pub use registry::{InstalledPolicy, PolicyRegistry, SELF_PROTECTION};
 pub use sizes::{EnforceError, MapSizes};
+pub use store::ProgramsBarrier;
 
 /// The BPF object built from ebpf/programs by build.rs.
 pub(crate) static OBJECT: &[u8] =

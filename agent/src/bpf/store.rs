@@ -1,7 +1,10 @@
 //! The policies' entries in the kernel, each policy under a policy id of its own: written in
 //! full before any target points at the id, deleted once no program can still be reading them.
 
-use std::{collections::HashSet, sync::Arc};
+use std::{
+    collections::HashSet,
+    sync::{Arc, Mutex, PoisonError},
+};
 
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError, lpm_trie::LpmTrie};
 use palisade_common::{
@@ -27,8 +30,33 @@ pub(super) struct PolicyMaps {
     pub globs: HashMap<MapData, GlobKey, GlobRule>,
     pub prefixes: LpmTrie<MapData, TriePath, PathVerdict>,
     pub suffixes: LpmTrie<MapData, TriePath, PathVerdict>,
-    pub sync_barrier: ArrayOfMaps<MapData, Array<MapData, u32>>,
-    pub sync_inner: Array<MapData, u32>,
+    pub barrier: ProgramsBarrier,
+}
+
+/// Returns once every BPF program that was running has finished (see `sync_barrier`); shared,
+/// so that the wait can run off the agent's loop.
+#[derive(Clone)]
+pub struct ProgramsBarrier(Arc<Mutex<BarrierMaps>>);
+
+struct BarrierMaps {
+    outer: ArrayOfMaps<MapData, Array<MapData, u32>>,
+    inner: Array<MapData, u32>,
+}
+
+impl ProgramsBarrier {
+    pub(super) fn new(
+        outer: ArrayOfMaps<MapData, Array<MapData, u32>>,
+        inner: Array<MapData, u32>,
+    ) -> Self {
+        Self(Arc::new(Mutex::new(BarrierMaps { outer, inner })))
+    }
+
+    /// Blocks for a grace period, a few milliseconds to tens of them.
+    pub fn wait(&self) -> Result<(), MapError> {
+        let mut maps = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let BarrierMaps { outer, inner } = &mut *maps;
+        outer.set(0, inner, 0)
+    }
 }
 
 pub(super) struct PolicyStore {
@@ -89,9 +117,13 @@ impl PolicyStore {
         self.registry.retire(policy_id);
     }
 
-    /// Returns once every BPF program that was running has finished (see `sync_barrier`).
-    pub fn wait_for_running_programs(&mut self) -> Result<(), MapError> {
-        self.maps.sync_barrier.set(0, &self.maps.sync_inner, 0)
+    /// Returns once every BPF program that was running has finished.
+    pub fn wait_for_running_programs(&self) -> Result<(), MapError> {
+        self.maps.barrier.wait()
+    }
+
+    pub fn barrier(&self) -> ProgramsBarrier {
+        self.maps.barrier.clone()
     }
 
     /// The policy ids that have entries.

@@ -34,9 +34,9 @@ use crate::{
 };
 
 const RESYNC_INTERVAL: Duration = Duration::from_secs(2);
-/// How long replaced policies wait before their entries are deleted (`retire_released`): a wait
-/// for the programs using them, then deletes, that the changed targets need not wait behind,
-/// once for a burst of changes.
+/// How long replaced policies wait before their entries are deleted: one wait for the programs
+/// using them (on a blocking thread, so that a policy change meanwhile is not held up), then
+/// deletes, once for a burst of changes.
 const RETIRE_DELAY: Duration = Duration::from_millis(100);
 /// The control loop's nice value. Its work (reconciling policies, serving `/metrics` and
 /// `/healthz`, copying the ring buffer into the event queue) is short and must not wait behind
@@ -361,6 +361,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut resync = tokio::time::interval(RESYNC_INTERVAL);
     let mut losses = tokio::time::interval(Duration::from_secs(10));
     let mut retire_at = None;
+    let mut barrier_wait = None;
     loop {
         tokio::select! {
             Some(()) = changed.recv() => {
@@ -380,13 +381,22 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             }
             () = tokio::time::sleep_until(retire_at.unwrap_or_else(tokio::time::Instant::now)),
                 if retire_at.is_some() => {
-                session.enforcer.retire_released();
                 retire_at = None;
+                barrier_wait = session
+                    .enforcer
+                    .start_retiring()
+                    .map(|barrier| tokio::task::spawn_blocking(move || barrier.wait()));
+            }
+            waited = async { barrier_wait.as_mut().expect("guarded").await },
+                if barrier_wait.is_some() => {
+                barrier_wait = None;
+                let waited = waited.unwrap_or_else(|err| std::panic::resume_unwind(err.into_panic()));
+                session.enforcer.finish_retiring(waited);
             }
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
         }
-        if retire_at.is_none() && session.enforcer.has_released() {
+        if retire_at.is_none() && barrier_wait.is_none() && session.enforcer.has_released() {
             retire_at = Some(tokio::time::Instant::now() + RETIRE_DELAY);
         }
     }

@@ -2,6 +2,7 @@
 //! the kernel's answer, and the same operation outside the target.
 
 use std::{
+    collections::HashSet,
     os::unix::fs::MetadataExt,
     path::Path,
     process::{Child, Command},
@@ -292,16 +293,36 @@ fn a_replaced_policy_stays_in_the_kernel_until_retired() {
     kernel.apply(&target, policy("v1", &deny_read(denied)));
     let first = stored(&mut kernel);
     kernel.apply(&target, policy("v2", &deny_read(denied)));
-    let both = stored(&mut kernel);
+    let second = stored(&mut kernel);
     assert!(
-        first.is_subset(&both) && both.len() == first.len() + 1,
-        "the replaced version stays until retired: {first:?}, then {both:?}"
+        first.is_subset(&second) && second.len() == first.len() + 1,
+        "the replaced version stays until retired: {first:?}, then {second:?}"
+    );
+    // The daemon's way: the wait runs while the next version replaces this one.
+    let barrier = kernel.enforcer().start_retiring().expect("v1 released");
+    assert!(
+        kernel.enforcer().start_retiring().is_none(),
+        "one barrier out at a time"
+    );
+    kernel.apply(&target, policy("v3", &deny_read(denied)));
+    let third = stored(&mut kernel);
+    let waited = std::thread::spawn(move || barrier.wait()).join().unwrap();
+    kernel.enforcer().finish_retiring(waited);
+    let deleted: Vec<u32> = third.difference(&stored(&mut kernel)).copied().collect();
+    assert!(
+        deleted.len() == 1 && first.contains(&deleted[0]),
+        "only the version released before the wait is deleted: {deleted:?} of {third:?}"
+    );
+    assert!(
+        kernel.enforcer().has_released(),
+        "v2 waits for its own wait"
     );
     kernel.enforcer().retire_released();
-    let retired: Vec<u32> = both.difference(&stored(&mut kernel)).copied().collect();
+    let left = stored(&mut kernel);
+    let replaced: HashSet<u32> = second.difference(&left).copied().collect();
     assert!(
-        retired.len() == 1 && first.contains(&retired[0]),
-        "only the replaced version is deleted: {retired:?} of {both:?}"
+        left.is_subset(&third) && left.len() == first.len() && replaced.len() == 2,
+        "both replaced versions are deleted, nothing else: {left:?} of {third:?}"
     );
     assert_eq!(probe(Some(&target), &["read", denied]), EPERM);
     assert!(!kernel.enforcer().has_released());
