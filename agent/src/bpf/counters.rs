@@ -156,13 +156,17 @@ impl Counters {
         Ok(counts)
     }
 
-    /// Moves the counts of a policy no program uses any more out of the kernel.
-    pub fn fold(&mut self, policy_id: u32, registry: &PolicyRegistry) -> Result<(), MapError> {
+    /// Moves the counts of policies no program uses any more out of the kernel.
+    pub fn fold(
+        &mut self,
+        policy_ids: &HashSet<u32>,
+        registry: &PolicyRegistry,
+    ) -> Result<(), MapError> {
         let keys: Vec<RuleKey> = self
             .rule_counts
             .keys()
             .filter_map(Result::ok)
-            .filter(|key| key.policy_id == policy_id)
+            .filter(|key| policy_ids.contains(&key.policy_id))
             .collect();
         for key in keys {
             let counts = sum_counts(&self.rule_counts.get(&key, 0)?);

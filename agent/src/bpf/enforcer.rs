@@ -53,11 +53,13 @@ pub struct Enforcer {
     counters: Counters,
     protected: ProtectedFiles,
     events: Option<RingBuf<MapData>>,
-    /// Policies no slot points at any more, their entries not deleted yet.
+    /// Policies no slot points at any more, their entries not deleted yet: released, then
+    /// awaiting the wait for the programs that may be reading them, then deletable.
     released: Vec<Installed>,
-    /// Released policies taken by `start_retiring`: their entries are deleted by
-    /// `finish_retiring` (or a `retire_released` meanwhile).
-    retiring: Vec<Installed>,
+    /// Taken by `start_retiring`, until `finish_retiring`.
+    awaiting: Vec<Installed>,
+    /// No program can be reading them any more: `delete_retired` deletes their entries.
+    deletable: Vec<Installed>,
     /// Whether a barrier `start_retiring` returned has not been reported to `finish_retiring`.
     barrier_out: bool,
 }
@@ -138,7 +140,8 @@ impl Enforcer {
             protected: ProtectedFiles::new(protected_inodes),
             events: Some(events),
             released: Vec::new(),
-            retiring: Vec::new(),
+            awaiting: Vec::new(),
+            deletable: Vec::new(),
             barrier_out: false,
         };
         // From here on, targets may not signal or trace this process.
@@ -413,9 +416,9 @@ impl Enforcer {
         self.store.stored_ids()
     }
 
-    /// Whether policies no slot points at any more wait for `retire_released`.
+    /// Whether policies no slot points at any more still have entries.
     pub fn has_released(&self) -> bool {
-        !self.released.is_empty() || !self.retiring.is_empty()
+        !(self.released.is_empty() && self.awaiting.is_empty() && self.deletable.is_empty())
     }
 
     /// Deletes the entries of the policies no slot points at any more, after one wait for the
@@ -426,49 +429,78 @@ impl Enforcer {
         if !self.has_released() {
             return;
         }
-        self.retiring.append(&mut self.released);
+        self.awaiting.append(&mut self.released);
         let waited = self.store.wait_for_running_programs();
-        self.delete_retiring(waited);
+        self.waited(waited);
+        self.delete_retired(usize::MAX);
     }
 
-    /// `retire_released` in two halves, so that the wait (a grace period, up to tens of
-    /// milliseconds) can run off the caller's thread while it applies policies: takes the
-    /// policies released so far and returns the barrier to wait on, then hand its result to
-    /// `finish_retiring`. None if nothing was released, or the last barrier is still out.
+    /// `retire_released` in steps, so that a policy change need not wait behind it: takes the
+    /// policies released so far and returns the barrier to wait on (a grace period, up to tens
+    /// of milliseconds: off the caller's thread); `finish_retiring` takes its result, then
+    /// `delete_retired` deletes their entries a few policies at a time. None unless
+    /// `can_start_retiring`.
     pub fn start_retiring(&mut self) -> Option<ProgramsBarrier> {
-        if self.released.is_empty() || self.barrier_out {
+        if !self.can_start_retiring() {
             return None;
         }
-        self.retiring.append(&mut self.released);
+        self.awaiting.append(&mut self.released);
         self.barrier_out = true;
         Some(self.store.barrier())
     }
 
-    /// Deletes the entries of the policies `start_retiring` took, once its barrier returned
-    /// `waited`; those released since wait for the next barrier.
-    pub fn finish_retiring(&mut self, waited: Result<(), MapError>) {
-        self.barrier_out = false;
-        self.delete_retiring(waited);
+    /// Whether policies were released since the last `start_retiring`, whose barrier is back.
+    pub fn can_start_retiring(&self) -> bool {
+        !self.released.is_empty() && !self.barrier_out
     }
 
-    fn delete_retiring(&mut self, waited: Result<(), MapError>) {
-        for old in std::mem::take(&mut self.retiring) {
-            match &waited {
-                Ok(()) => {
-                    self.store.delete_entries(old.policy_id, &old.policy);
-                    if let Err(err) = self.counters.fold(old.policy_id, self.store.registry()) {
-                        warn!(
-                            policy_id = old.policy_id,
-                            "decision counts of a replaced policy left in the kernel: {err}"
-                        );
-                    }
+    /// The policies `start_retiring` took become deletable once its barrier returned `waited`;
+    /// those released since wait for the next barrier.
+    pub fn finish_retiring(&mut self, waited: Result<(), MapError>) {
+        self.barrier_out = false;
+        self.waited(waited);
+    }
+
+    fn waited(&mut self, waited: Result<(), MapError>) {
+        match waited {
+            Ok(()) => self.deletable.append(&mut self.awaiting),
+            Err(err) => {
+                for old in std::mem::take(&mut self.awaiting) {
+                    warn!(
+                        policy_id = old.policy_id,
+                        "entries of a replaced policy left in the maps: {err}"
+                    );
+                    self.store.forget(old.policy_id);
                 }
-                Err(err) => warn!(
-                    policy_id = old.policy_id,
-                    "entries of a replaced policy left in the maps: {err}"
-                ),
             }
-            self.store.forget(old.policy_id);
+        }
+    }
+
+    /// Whether `delete_retired` has work.
+    pub fn has_deletable(&self) -> bool {
+        !self.deletable.is_empty()
+    }
+
+    /// Deletes the entries of at most `limit` deletable policies and folds their decision
+    /// counts.
+    pub fn delete_retired(&mut self, limit: usize) {
+        let count = limit.min(self.deletable.len());
+        if count == 0 {
+            return;
+        }
+        let deleted: Vec<Installed> = self.deletable.drain(..count).collect();
+        for old in &deleted {
+            self.store.delete_entries(old.policy_id, &old.policy);
+        }
+        let ids: HashSet<u32> = deleted.iter().map(|old| old.policy_id).collect();
+        if let Err(err) = self.counters.fold(&ids, self.store.registry()) {
+            warn!(
+                ?ids,
+                "decision counts of replaced policies left in the kernel: {err}"
+            );
+        }
+        for id in ids {
+            self.store.forget(id);
         }
     }
 

@@ -34,10 +34,14 @@ use crate::{
 };
 
 const RESYNC_INTERVAL: Duration = Duration::from_secs(2);
-/// How long replaced policies wait before their entries are deleted: one wait for the programs
-/// using them (on a blocking thread, so that a policy change meanwhile is not held up), then
-/// deletes, once for a burst of changes.
+/// Replaced policies are retired in the background, one step per timer: RETIRE_DELAY after a
+/// release (once for a burst of changes), one wait for the programs that may be using them, on a
+/// blocking thread; then their entries are deleted DELETES_PER_TURN policies at a time (about
+/// half a millisecond each under emulation), DELETE_PAUSE apart. Neither a policy change nor the
+/// workloads wait behind them: the loop runs at a high priority.
 const RETIRE_DELAY: Duration = Duration::from_millis(100);
+const DELETES_PER_TURN: usize = 4;
+const DELETE_PAUSE: Duration = Duration::from_millis(4);
 /// The control loop's nice value. Its work (reconciling policies, serving `/metrics` and
 /// `/healthz`, copying the ring buffer into the event queue) is short and must not wait behind
 /// the event worker or the targets when CPUs are busy: it wins the CPU when it has work and
@@ -360,7 +364,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     // Targets come and go without the policies changing: look again now and then.
     let mut resync = tokio::time::interval(RESYNC_INTERVAL);
     let mut losses = tokio::time::interval(Duration::from_secs(10));
-    let mut retire_at = None;
+    let mut next_retire_step = None;
     let mut barrier_wait = None;
     loop {
         tokio::select! {
@@ -379,13 +383,17 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             Some(reply) = snapshot_requests.recv() => {
                 let _ = reply.send(snapshot(&session));
             }
-            () = tokio::time::sleep_until(retire_at.unwrap_or_else(tokio::time::Instant::now)),
-                if retire_at.is_some() => {
-                retire_at = None;
-                barrier_wait = session
-                    .enforcer
-                    .start_retiring()
-                    .map(|barrier| tokio::task::spawn_blocking(move || barrier.wait()));
+            () = tokio::time::sleep_until(next_retire_step.unwrap_or_else(tokio::time::Instant::now)),
+                if next_retire_step.is_some() => {
+                next_retire_step = None;
+                if session.enforcer.has_deletable() {
+                    session.enforcer.delete_retired(DELETES_PER_TURN);
+                } else {
+                    barrier_wait = session
+                        .enforcer
+                        .start_retiring()
+                        .map(|barrier| tokio::task::spawn_blocking(move || barrier.wait()));
+                }
             }
             waited = async { barrier_wait.as_mut().expect("guarded").await },
                 if barrier_wait.is_some() => {
@@ -396,8 +404,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             _ = interrupt.recv() => break,
             _ = terminate.recv() => break,
         }
-        if retire_at.is_none() && barrier_wait.is_none() && session.enforcer.has_released() {
-            retire_at = Some(tokio::time::Instant::now() + RETIRE_DELAY);
+        if next_retire_step.is_none() {
+            let now = tokio::time::Instant::now();
+            if session.enforcer.has_deletable() {
+                next_retire_step = Some(now + DELETE_PAUSE);
+            } else if session.enforcer.can_start_retiring() {
+                next_retire_step = Some(now + RETIRE_DELAY);
+            }
         }
     }
     session.enforcer.retire_released();

@@ -308,6 +308,9 @@ fn a_replaced_policy_stays_in_the_kernel_until_retired() {
     let third = stored(&mut kernel);
     let waited = std::thread::spawn(move || barrier.wait()).join().unwrap();
     kernel.enforcer().finish_retiring(waited);
+    assert_eq!(stored(&mut kernel), third, "deleted a few at a time, later");
+    kernel.enforcer().delete_retired(1);
+    assert!(!kernel.enforcer().has_deletable());
     let deleted: Vec<u32> = third.difference(&stored(&mut kernel)).copied().collect();
     assert!(
         deleted.len() == 1 && first.contains(&deleted[0]),
