@@ -426,12 +426,11 @@ impl Enforcer {
     /// row, wait once. Their entries stay until then, unreachable. A failure here only leaves
     /// unused entries behind, so it is logged.
     pub fn retire_released(&mut self) {
-        if !self.has_released() {
-            return;
+        if !(self.released.is_empty() && self.awaiting.is_empty()) {
+            self.awaiting.append(&mut self.released);
+            let waited = self.store.wait_for_running_programs();
+            self.waited(waited);
         }
-        self.awaiting.append(&mut self.released);
-        let waited = self.store.wait_for_running_programs();
-        self.waited(waited);
         self.delete_retired(usize::MAX);
     }
 

@@ -388,11 +388,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 next_retire_step = None;
                 if session.enforcer.has_deletable() {
                     session.enforcer.delete_retired(DELETES_PER_TURN);
-                } else {
-                    barrier_wait = session
-                        .enforcer
-                        .start_retiring()
-                        .map(|barrier| tokio::task::spawn_blocking(move || barrier.wait()));
+                } else if let Some(barrier) = session.enforcer.start_retiring() {
+                    barrier_wait = Some(tokio::task::spawn_blocking(move || barrier.wait()));
                 }
             }
             waited = async { barrier_wait.as_mut().expect("guarded").await },

@@ -300,12 +300,12 @@ fn a_replaced_policy_stays_in_the_kernel_until_retired() {
     );
     // The daemon's way: the wait runs while the next version replaces this one.
     let barrier = kernel.enforcer().start_retiring().expect("v1 released");
-    assert!(
-        kernel.enforcer().start_retiring().is_none(),
-        "one barrier out at a time"
-    );
     kernel.apply(&target, policy("v3", &deny_read(denied)));
     let third = stored(&mut kernel);
+    assert!(
+        kernel.enforcer().start_retiring().is_none(),
+        "v2 waits: one barrier out at a time"
+    );
     let waited = std::thread::spawn(move || barrier.wait()).join().unwrap();
     kernel.enforcer().finish_retiring(waited);
     assert_eq!(stored(&mut kernel), third, "deleted a few at a time, later");
