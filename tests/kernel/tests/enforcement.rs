@@ -29,6 +29,10 @@ use palisade_kernel_tests::{
     probe, spawn_probe,
 };
 
+/// How long an agent may take to start serving: one that loads and attaches every program is
+/// slow under software emulation on a busy host (over a minute at times on 6.12).
+const AGENT_START: Duration = Duration::from_secs(180);
+
 #[test]
 fn read_denied_in_target_and_allowed_outside() {
     let mut kernel = Kernel::new();
@@ -482,10 +486,8 @@ impl Agent {
     fn wait_for_log(&self, needle: &str) {
         let started = Instant::now();
         while !self.log().contains(needle) {
-            // A start that loads and attaches every program is slow under software emulation
-            // on a busy host.
             assert!(
-                started.elapsed() < Duration::from_secs(180),
+                started.elapsed() < AGENT_START,
                 "the agent never logged {needle:?}: {}",
                 self.log()
             );
@@ -528,13 +530,12 @@ fn cleanup_agent(bpffs: &str) {
 }
 
 /// Polls until `probe read path` in `cgroup` answers `expected` (the agent applies changes
-/// asynchronously; an agent that loads every program first takes over a minute to under
-/// software emulation on a busy host, as `Agent::wait_for_log` allows).
+/// asynchronously, and a starting agent loads every program first).
 fn eventually(cgroup: &palisade_agent::targets::Cgroup, path: &str, expected: &Answer) {
     let started = Instant::now();
     while probe(Some(cgroup), &["read", path]) != *expected {
         assert!(
-            started.elapsed() < Duration::from_secs(180),
+            started.elapsed() < AGENT_START,
             "{path} never became {expected:?}"
         );
         std::thread::sleep(Duration::from_millis(200));

@@ -12,7 +12,7 @@ use std::{
 
 use palisade_kernel_tests::{EPERM, Kernel, Prober, binary, deny_read, file, policy, probe, sh};
 
-use super::{Agent, cleanup_agent, fresh_dir, write_policy};
+use super::{AGENT_START, Agent, cleanup_agent, fresh_dir, write_policy};
 
 /// GET `path` from the agent's HTTP endpoints: (status code, body).
 pub(super) fn http_get(path: &str) -> std::io::Result<(u16, String)> {
@@ -38,7 +38,7 @@ pub(super) fn wait_until_ready(agent: &Agent) {
     let started = Instant::now();
     while http_get("/readyz").map(|(status, _)| status).unwrap_or(0) != 200 {
         assert!(
-            started.elapsed() < Duration::from_secs(60),
+            started.elapsed() < AGENT_START,
             "never ready: {}",
             agent.log()
         );

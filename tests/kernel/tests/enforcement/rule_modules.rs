@@ -10,7 +10,7 @@ use std::{
 use palisade_kernel_tests::{EPERM, Kernel, binary, exited_within, file, probe, spawn_probe};
 
 use super::{
-    Agent, cleanup_agent, fresh_dir,
+    AGENT_START, Agent, cleanup_agent, fresh_dir,
     observability::{
         Scrape, dashboard_and_alerts_read_only_exported_metrics, http_get, wait_until_ready,
     },
@@ -53,11 +53,12 @@ fn events(name: &str) -> Vec<serde_json::Value> {
     lines(name).0
 }
 
-/// Waits for `done`, generously: the VM is emulated and the host may be busy.
+/// Waits for `done` as long as an agent may take to start: the VM is emulated and the host may
+/// be busy.
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let started = Instant::now();
     while !done() {
-        assert!(started.elapsed() < Duration::from_secs(180), "never {what}");
+        assert!(started.elapsed() < AGENT_START, "never {what}");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
