@@ -33,6 +33,18 @@ use palisade_kernel_tests::{
 /// slow under software emulation on a busy host (over a minute at times on 6.12).
 const AGENT_START: Duration = Duration::from_secs(180);
 
+/// Polls `done` every 100 ms until it holds, for as long as an agent may take to start; fails
+/// with `failure()` if it never does.
+fn wait_until(mut done: impl FnMut() -> bool, failure: impl FnOnce() -> String) {
+    let started = Instant::now();
+    while !done() {
+        if started.elapsed() >= AGENT_START {
+            panic!("{}", failure());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn read_denied_in_target_and_allowed_outside() {
     let mut kernel = Kernel::new();
@@ -484,15 +496,10 @@ impl Agent {
     }
 
     fn wait_for_log(&self, needle: &str) {
-        let started = Instant::now();
-        while !self.log().contains(needle) {
-            assert!(
-                started.elapsed() < AGENT_START,
-                "the agent never logged {needle:?}: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_until(
+            || self.log().contains(needle),
+            || format!("the agent never logged {needle:?}: {}", self.log()),
+        );
     }
 
     /// Sends `signal` and waits, a minute at most (an agent that does not stop fails its test,
@@ -532,14 +539,10 @@ fn cleanup_agent(bpffs: &str) {
 /// Polls until `probe read path` in `cgroup` answers `expected` (the agent applies changes
 /// asynchronously, and a starting agent loads every program first).
 fn eventually(cgroup: &palisade_agent::targets::Cgroup, path: &str, expected: &Answer) {
-    let started = Instant::now();
-    while probe(Some(cgroup), &["read", path]) != *expected {
-        assert!(
-            started.elapsed() < AGENT_START,
-            "{path} never became {expected:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until(
+        || probe(Some(cgroup), &["read", path]) == *expected,
+        || format!("{path} never became {expected:?}"),
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::{
 
 use palisade_kernel_tests::{EPERM, Kernel, Prober, binary, deny_read, file, policy, probe, sh};
 
-use super::{AGENT_START, Agent, cleanup_agent, fresh_dir, write_policy};
+use super::{Agent, cleanup_agent, fresh_dir, wait_until, write_policy};
 
 /// GET `path` from the agent's HTTP endpoints: (status code, body).
 pub(super) fn http_get(path: &str) -> std::io::Result<(u16, String)> {
@@ -35,15 +35,10 @@ pub(super) fn http_get(path: &str) -> std::io::Result<(u16, String)> {
 }
 
 pub(super) fn wait_until_ready(agent: &Agent) {
-    let started = Instant::now();
-    while http_get("/readyz").map(|(status, _)| status).unwrap_or(0) != 200 {
-        assert!(
-            started.elapsed() < AGENT_START,
-            "never ready: {}",
-            agent.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until(
+        || http_get("/readyz").is_ok_and(|(status, _)| status == 200),
+        || format!("never ready: {}", agent.log()),
+    );
 }
 
 /// Scrapes `/metrics` until `ready` makes something of a scrape (for 60 s at most): that.

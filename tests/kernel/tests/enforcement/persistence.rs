@@ -3,10 +3,7 @@
 //! enforcement that starts before a target does: a cgroup created after its policy is armed by
 //! the kernel before anything runs in it.
 
-use std::{
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::{path::Path, time::Duration};
 
 use palisade_agent::{
     bpf::{Enforcer, MapSizes, PinnedState, object_version},
@@ -17,7 +14,7 @@ use palisade_kernel_tests::{
     spawn_probe,
 };
 
-use super::{AGENT_START, Agent, cleanup_agent, eventually, fresh_dir, write_policy};
+use super::{Agent, cleanup_agent, eventually, fresh_dir, wait_until, write_policy};
 
 fn assert_never_allowed(report: &ProbeReport) {
     assert!(
@@ -96,14 +93,10 @@ fn a_new_build_takes_over_with_no_unprotected_window() {
     );
     let agent = Agent::start(dir, bpffs, "upgrade");
     // The new build removes the old state once it enforces every policy itself.
-    let started = Instant::now();
-    while older_dir.exists() {
-        assert!(
-            started.elapsed() < AGENT_START,
-            "the old build's state stays"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_until(
+        || !older_dir.exists(),
+        || "the old build's state stays".to_owned(),
+    );
     assert!(Path::new(bpffs).join(object_version()).exists());
     std::thread::sleep(Duration::from_secs(1));
     assert_never_allowed(&prober.finish());

@@ -10,11 +10,11 @@ use std::{
 use palisade_kernel_tests::{EPERM, Kernel, binary, exited_within, file, probe, spawn_probe};
 
 use super::{
-    AGENT_START, Agent, cleanup_agent, fresh_dir,
+    Agent, cleanup_agent, fresh_dir,
     observability::{
         Scrape, dashboard_and_alerts_read_only_exported_metrics, http_get, wait_until_ready,
     },
-    write_policy,
+    wait_until, write_policy,
 };
 
 /// Copies the module `name` (built into the VM image) into `dir`; returns its SHA-256 digest.
@@ -53,14 +53,9 @@ fn events(name: &str) -> Vec<serde_json::Value> {
     lines(name).0
 }
 
-/// Waits for `done` as long as an agent may take to start: the VM is emulated and the host may
-/// be busy.
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !done() {
-        assert!(started.elapsed() < AGENT_START, "never {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// Waits for `done` (see `wait_until`).
+fn wait_for(what: &str, done: impl FnMut() -> bool) {
+    wait_until(done, || format!("never {what}"));
 }
 
 #[test]
