@@ -120,6 +120,7 @@ fn run(smoke: bool, clock: &str, out: &str) -> anyhow::Result<()> {
         apply_latency: Vec::new(),
         throughput: Vec::new(),
     };
+    system::fix_address_space_layout()?;
     micro::prepare()?;
     let cgroups = system::Cgroups::create()?;
     states::rounds(&settings, &cgroups, &mut run)?;
