@@ -1,5 +1,6 @@
 //! `palisade agent --policy-dir DIR`: every policy file of a directory enforced on the cgroup
-//! it names, following the files' changes and the cgroups that come and go.
+//! it names, following the files' changes and the cgroups that come and go; BehaviorModeling
+//! policies model their targets (`behavior`).
 
 use std::{
     collections::BTreeMap,
@@ -11,6 +12,7 @@ use std::{
 use tracing::error;
 
 use crate::{
+    behavior::Models,
     metrics::Metrics,
     policy::{CompiledPolicy, Environment, PolicyError, Target},
     rules::RuleHost,
@@ -37,6 +39,7 @@ pub struct PolicyDir {
     metrics: Arc<Metrics>,
     /// Changes older than this were made before the agent watched: no apply latency for them.
     started: SystemTime,
+    models: Models,
 }
 
 fn is_policy_file(path: &Path) -> bool {
@@ -75,6 +78,7 @@ impl PolicyDir {
         cgroups: Hierarchy,
         rule_host: RuleHost,
         metrics: Arc<Metrics>,
+        models: Models,
     ) -> Self {
         Self {
             dir,
@@ -84,6 +88,7 @@ impl PolicyDir {
             rule_host,
             metrics,
             started: SystemTime::now(),
+            models,
         }
     }
 
@@ -127,6 +132,7 @@ impl PolicyDir {
     /// targets that appeared or were recreated since. A file that cannot be used is reported and
     /// its previous version, if any, stays enforced. Returns the errors not reported before.
     pub fn reconcile(&mut self, enforcer: &mut impl Enforce) -> Vec<String> {
+        self.models.collect(enforcer);
         let mut errors = BTreeMap::new();
         match std::fs::read_dir(&self.dir) {
             Ok(entries) => {
@@ -143,6 +149,11 @@ impl PolicyDir {
                 }
                 self.enforced
                     .release_unwanted(|file| files.contains(file), enforcer, &mut errors);
+                self.models.end_unwanted(|subject| {
+                    files
+                        .iter()
+                        .any(|file| file.display().to_string() == subject)
+                });
             }
             Err(err) => {
                 let dir = self.dir.display().to_string();
@@ -165,6 +176,11 @@ impl PolicyDir {
         }
     }
 
+    /// The agent stops: models being recorded are written as they are.
+    pub fn stop_modeling(&mut self, enforcer: &mut impl Enforce) {
+        self.models.stop(enforcer);
+    }
+
     /// Whether the last reconcile enforced every policy file as it is.
     pub fn all_enforced(&self) -> bool {
         self.enforced.all_enforced()
@@ -174,9 +190,13 @@ impl PolicyDir {
         let text = std::fs::read_to_string(file).map_err(|err| {
             PolicyError::new(file.display(), "(file)", format!("cannot read: {err}"))
         })?;
-        // Unchanged, and its target neither created nor recreated since.
+        // Unchanged, its target neither created nor recreated since, and recording its
+        // target's behaviour if and only if modeling it.
+        let recording = self.models.recording(&file.display().to_string());
         let up_to_date = self.enforced.get(file).is_some_and(|enforced| {
-            enforced.version == text && enforced.placement.is_current(&self.cgroups)
+            enforced.version == text
+                && enforced.placement.is_current(&self.cgroups)
+                && enforced.compiled.model_id() == recording
         });
         if up_to_date {
             Ok(())
@@ -215,8 +235,19 @@ impl PolicyDir {
                 ),
             ));
         }
+        let subject = file.display().to_string();
+        let compiled = self
+            .models
+            .prepare(&subject, &placement.describe(), compiled, enforcer)
+            .map_err(|err| {
+                PolicyError::new(
+                    file.display(),
+                    "(kernel)",
+                    format!("cannot record its target's behaviour: {err}"),
+                )
+            })?;
         let entry = Entry {
-            subject: file.display().to_string(),
+            subject,
             version: text,
             compiled: Arc::new(compiled),
             placement,
@@ -240,8 +271,13 @@ impl PolicyDir {
 
 #[cfg(test)]
 mod tests {
+    use palisade_common::{HOOK_FILE_OPEN, MODEL_OVERFLOW, ModelKey, PERM_READ};
+
     use super::*;
-    use crate::targets::FakeKernel;
+    use crate::{
+        behavior::{BehaviorModel, file_record},
+        targets::FakeKernel,
+    };
 
     #[test]
     fn only_a_change_of_the_directory_wakes_the_agent_and_a_complete_one_at_once() {
@@ -280,6 +316,14 @@ mod tests {
         );
     }
 
+    /// A fresh agent's view of the test directory `base`.
+    fn policy_dir(base: &Path) -> PolicyDir {
+        let cgroups = Hierarchy::at(base.join("cgroup"), Path::new("/"));
+        let host = RuleHost::new(None).unwrap();
+        let models = Models::new(base.join("models"));
+        PolicyDir::new(base.join("policies"), cgroups, host, Arc::default(), models)
+    }
+
     struct Setup {
         base: PathBuf,
         policies: PolicyDir,
@@ -294,21 +338,40 @@ mod tests {
             std::fs::create_dir_all(base.join("policies")).unwrap();
             std::fs::create_dir_all(base.join("cgroup/app")).unwrap();
             std::fs::create_dir_all(base.join("cgroup/other")).unwrap();
-            let cgroups = Hierarchy::at(base.join("cgroup"), Path::new("/"));
-            let host = RuleHost::new(None).unwrap();
-            let policies = PolicyDir::new(base.join("policies"), cgroups, host, Arc::default());
             Self {
+                policies: policy_dir(&base),
                 base,
-                policies,
                 kernel: FakeKernel::default(),
             }
         }
 
         fn write(&self, file: &str, name: &str, cgroup: &str) {
+            self.write_mode(file, name, cgroup, "RuntimeDefault");
+        }
+
+        /// A policy file whose spec ends with `mode: MODE` (and what follows it).
+        fn write_mode(&self, file: &str, name: &str, cgroup: &str, mode: &str) {
             let text = format!(
-                "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\nspec:\n  target:\n    cgroupPath: {cgroup}\n  mode: RuntimeDefault\n"
+                "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: {name}\nspec:\n  target:\n    cgroupPath: {cgroup}\n  mode: {mode}\n"
             );
             std::fs::write(self.base.join("policies").join(file), text).unwrap();
+        }
+
+        /// app.yaml: policy "web" modeling the cgroup "app" for `duration`, `more` ending its
+        /// spec.
+        fn write_modeling(&self, duration: &str, more: &str) {
+            let mode =
+                format!("BehaviorModeling\n  behaviorModeling: {{duration: {duration}}}{more}");
+            self.write_mode("app.yaml", "web", "app", &mode);
+        }
+
+        /// The model the policy on `cgroup` records into.
+        fn recording(&self, cgroup: &str) -> Option<u32> {
+            self.kernel.enforced.get(&self.id(cgroup))?.model_id()
+        }
+
+        fn model(&self, policy: &str) -> BehaviorModel {
+            BehaviorModel::load(&self.base.join(format!("models/{policy}.yaml"))).unwrap()
         }
 
         fn reconcile(&mut self) -> Vec<String> {
@@ -367,7 +430,7 @@ mod tests {
         assert_eq!(
             setup.reconcile(),
             [
-                "/policies/app.yaml: spec: unknown field `rulez`, expected one of `target`, `mode`, `enhanceProtect`, `ruleModules` at line 4 column 27; the previous version stays enforced"
+                "/policies/app.yaml: spec: unknown field `rulez`, expected one of `target`, `mode`, `enhanceProtect`, `behaviorModeling`, `ruleModules` at line 4 column 27; the previous version stays enforced"
             ]
         );
         assert_eq!(setup.enforced("app"), Some("v1"));
@@ -449,5 +512,93 @@ mod tests {
         setup.kernel.fail = false;
         assert!(setup.reconcile().is_empty());
         assert_eq!(setup.enforced("app"), Some("v2"));
+    }
+
+    /// A record of the file `path` opened for reading, in model `model_id`.
+    fn read_record(model_id: u32, path: &str) -> ModelKey {
+        file_record(model_id, HOOK_FILE_OPEN, path, PERM_READ)
+    }
+
+    #[test]
+    fn a_modeled_target_is_recorded_for_its_duration_then_its_model_is_written() {
+        let mut setup = Setup::new("modeling");
+        setup.write_modeling("1s", "");
+        assert!(setup.reconcile().is_empty());
+        let model_id = setup.recording("app").expect("recording");
+        assert!(setup.kernel.models.contains(&model_id));
+
+        setup.kernel.records = vec![(read_record(model_id, "/etc/hosts"), 2)];
+        assert!(setup.reconcile().is_empty());
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let overflow = ModelKey {
+            model_id,
+            kind: MODEL_OVERFLOW,
+            ..ModelKey::default()
+        };
+        setup.kernel.records = vec![(read_record(model_id, "/etc/hosts"), 1), (overflow, 3)];
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.recording("app"), None, "enforced without recording");
+        assert!(
+            setup.kernel.models.contains(&model_id),
+            "open until the next pass"
+        );
+
+        assert!(setup.reconcile().is_empty());
+        assert!(!setup.kernel.models.contains(&model_id), "closed");
+        let model = setup.model("web");
+        assert!(model.complete);
+        assert_eq!(model.duration_seconds, 1);
+        assert_eq!(
+            model.target,
+            setup.base.join("cgroup/app").display().to_string()
+        );
+        assert_eq!(model.lost, 3);
+        assert_eq!(model.files.len(), 1);
+        assert_eq!(model.files[0].path, "/etc/hosts");
+        assert_eq!(model.files[0].count, 3);
+
+        // A complete model is not made again, by this agent or the next.
+        setup.write_modeling("1s", "\n  ruleModules: []");
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.recording("app"), None);
+        setup.policies = policy_dir(&setup.base);
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(setup.recording("app"), None);
+        // Another duration is another model.
+        setup.write_modeling("5m", "");
+        assert!(setup.reconcile().is_empty());
+        assert!(setup.recording("app").is_some());
+    }
+
+    #[test]
+    fn a_modeling_cut_short_writes_an_incomplete_model() {
+        let mut setup = Setup::new("modeling-cut");
+        setup.write_modeling("1h", "");
+        setup.reconcile();
+        let model_id = setup.recording("app").expect("recording");
+        setup.kernel.records = vec![(read_record(model_id, "/etc/hosts"), 1)];
+        setup.write("app.yaml", "web", "app");
+        assert!(setup.reconcile().is_empty());
+        assert_eq!(
+            setup.recording("app"),
+            None,
+            "RuntimeDefault records nothing"
+        );
+        setup.reconcile();
+        let model = setup.model("web");
+        assert!(!model.complete);
+        assert_eq!(model.files[0].path, "/etc/hosts");
+        assert!(setup.kernel.models.is_empty());
+
+        setup.write_modeling("1h", "");
+        setup.reconcile();
+        assert!(
+            setup.recording("app").is_some(),
+            "an incomplete model is made again"
+        );
+        std::fs::remove_file(setup.base.join("policies/app.yaml")).unwrap();
+        setup.reconcile();
+        setup.reconcile();
+        assert!(setup.kernel.models.is_empty(), "closed when its file went");
     }
 }

@@ -1,5 +1,6 @@
 //! Palisade: a runtime-security agent that enforces policy in the kernel with BPF LSM.
 
+pub mod behavior;
 pub mod bpf;
 pub mod cmd;
 pub mod events;

@@ -12,7 +12,10 @@ use crate::rules::{Category, names_in};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[x_kube(validation = Rule::new("self.mode == 'EnhanceProtect' || !has(self.enhanceProtect)").message("enhanceProtect is only allowed with mode EnhanceProtect"))]
+#[x_kube(
+    validation = Rule::new("self.mode == 'EnhanceProtect' || !has(self.enhanceProtect)").message("enhanceProtect is only allowed with mode EnhanceProtect"),
+    validation = Rule::new("(self.mode == 'BehaviorModeling') == has(self.behaviorModeling)").message("mode BehaviorModeling needs behaviorModeling (its duration), and only it takes one"),
+)]
 pub struct PolicySpec {
     /// Who is protected. Required by the agent; `palisade run` protects its own fresh cgroup.
     #[serde(default)]
@@ -21,6 +24,9 @@ pub struct PolicySpec {
     /// Only with `mode: EnhanceProtect`.
     #[serde(default)]
     pub enhance_protect: Option<EnhanceProtect>,
+    /// Only with `mode: BehaviorModeling`.
+    #[serde(default)]
+    pub behavior_modeling: Option<BehaviorModeling>,
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub rule_modules: Vec<RuleModule>,
@@ -107,6 +113,22 @@ pub enum Mode {
     RuntimeDefault,
     /// RuntimeDefault (unless `privileged`), plus named built-in rules and custom rules.
     EnhanceProtect,
+    /// Nothing is denied but by the rule modules' rules, while the kernel records what the
+    /// target does, for `behaviorModeling.duration`; then the agent writes the model.
+    BehaviorModeling,
+}
+
+/// How long a workload is modeled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BehaviorModeling {
+    /// Hours, minutes and seconds, as "90s", "15m", "1h30m": from 1s to 168h (a week).
+    #[schemars(
+        regex(pattern = "^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"),
+        length(min = 2, max = 16)
+    )]
+    #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('168h')").message("from 1s to 168h"))]
+    pub duration: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]

@@ -90,7 +90,9 @@ typedef uint64_t __u64;
 #define PALISADE_STAT_UNDECIDED 2      /* path could not be resolved: operation allowed */
 #define PALISADE_STAT_EVENTS_THROTTLED 3 /* over the audit rate of its rule and target */
 #define PALISADE_STAT_UNCOUNTED 4      /* decisions not counted by rule: `rule_counts` full */
-#define PALISADE_STAT_COUNT 5
+/* Behaviour records lost: `model_records` full, and the model's overflow record missing. */
+#define PALISADE_STAT_MODEL_DROPPED 5
+#define PALISADE_STAT_COUNT 6
 
 /* Capabilities a policy can name: bit i of a mask is capability i (CAP_LAST_CAP is 40 today). */
 #define PALISADE_CAP_COUNT 64
@@ -110,6 +112,9 @@ typedef uint64_t __u64;
  * does processes that are no target (self-protection included); such a target still shadows the
  * policy of a target above it. */
 #define PALISADE_POLICY_ALWAYS_ALLOW (1u << 0)
+/* BehaviorModeling: the hooks record what the policy's targets do in `model_records`, under the
+ * policy's model_id. */
+#define PALISADE_POLICY_MODELING (1u << 1)
 
 /* Bytes of a cgroup's name in a `pending` key (with its NUL): a systemd pod slice is ~65. */
 #define PALISADE_CGROUP_NAME_LEN 128
@@ -185,6 +190,8 @@ struct palisade_verdict {
 struct palisade_policy {
 	__u32 lookups; /* PALISADE_LOOKUP_* */
 	__u32 flags;   /* PALISADE_POLICY_* */
+	__u32 model_id; /* PALISADE_POLICY_MODELING: the model its targets' records go to */
+	__u32 reserved;
 	struct palisade_verdict capability[PALISADE_CAP_COUNT];
 	struct palisade_verdict userns_capability; /* any capability in a non-initial user ns */
 	struct palisade_verdict mount;              /* every mount, remount, bind, move */
@@ -258,6 +265,35 @@ struct palisade_rule_key {
 struct palisade_rule_count {
 	__u64 decisions;
 	__u64 throttled; /* reported decisions whose event the audit rate suppressed */
+};
+
+/* Kinds of behaviour records (palisade_model_key.kind). */
+#define PALISADE_MODEL_FILE 1       /* hook, arg: the PALISADE_PERM_* asked; data: the path */
+#define PALISADE_MODEL_CAPABILITY 2 /* arg: the capability (checks the kernel audits) */
+#define PALISADE_MODEL_SOCKET 3     /* family, protocol (after defaulting), arg: the type */
+#define PALISADE_MODEL_PEER 4       /* hook, family, protocol, port, addr (as palisade_event's) */
+#define PALISADE_MODEL_MOUNT 5      /* hook, data: the file system type */
+/* Any other operation a hook decides: userns_create, bpf (arg: the command), ptrace (arg: the
+ * mode), socket_setsockopt attaching BPF (arg: level << 16 | option). */
+#define PALISADE_MODEL_OPERATION 6
+/* What the map had no room for: the value counts the operations not recorded. */
+#define PALISADE_MODEL_OVERFLOW 7
+/* Bytes of a path or file system type in a record, with its NUL. */
+#define PALISADE_MODEL_DATA_LEN 256
+
+/* Key of the `model_records` hash map (value: a u64 count of times done): one distinct thing a
+ * modeled target did. Unused fields and the bytes after the data's NUL are zero. */
+struct palisade_model_key {
+	__u32 model_id;
+	__u32 kind; /* PALISADE_MODEL_* */
+	__u32 hook; /* PALISADE_HOOK_* */
+	__u32 arg;
+	__u32 family;
+	__u32 protocol;
+	__u32 port;
+	__u32 cut; /* files: 1 if the path was longer than data holds */
+	__u8 addr[16];
+	__u8 data[PALISADE_MODEL_DATA_LEN];
 };
 
 /* Key and value of the `audit_buckets` LRU hash map: the audit rate of a rule on a target. */

@@ -170,6 +170,7 @@ struct scratch {
 	/* A file's dentry and its parents, while path_walk.h looks for a mount that holds it. */
 	__u64 ancestors[PLACE_MAX_DEPTH];
 	struct palisade_trie_key key;
+	struct palisade_model_key model; /* model.h */
 };
 
 struct {

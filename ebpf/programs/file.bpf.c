@@ -151,6 +151,8 @@ int TARGET_HOOK(path_chmod, const struct path *path, unsigned short mode, int re
 		consider(&d, subject.policy->chmod_setid_bits.action,
 			 subject.policy->chmod_setid_bits.rule_id);
 	long len = walk_path(s, path->dentry, path->mnt);
+	if (modeling(&subject))
+		record_file(&subject, s, len, PALISADE_PERM_WRITE);
 	match_resolved(&subject, s, len, PALISADE_PERM_WRITE, &d);
 	protect_files(&d, path->dentry, PALISADE_PERM_WRITE);
 	if (d.action == PALISADE_ACTION_NONE)

@@ -7,7 +7,7 @@
  * fsmount needs the superblock fsconfig created, and a detached copy of a tree the caller can
  * already see gives it nothing new.)
  */
-#include "common.h"
+#include "model.h"
 
 /* Considers the rules on mounting a file system of type `name` (on a block device or not). */
 static __always_inline void consider_fs_type(struct palisade_verdict *d,
@@ -27,10 +27,18 @@ static __always_inline void consider_fs_type(struct palisade_verdict *d,
 		consider(d, rule->action, rule->rule_id);
 }
 
+/* Records (when modeling) and decides a mount hook's operation on a file system of `fs_type`. */
 static __always_inline int decide_mount(const struct palisade_verdict *d,
 					const struct subject *subject,
 					const __u8 fs_type[PALISADE_FS_TYPE_LEN])
 {
+	if (modeling(subject)) {
+		struct palisade_model_key *record = new_record(subject, PALISADE_MODEL_MOUNT);
+		if (record) {
+			__builtin_memcpy(record->data, fs_type, PALISADE_FS_TYPE_LEN);
+			count_record(record);
+		}
+	}
 	if (d->action == PALISADE_ACTION_NONE)
 		return 0;
 	struct palisade_event *e = record(d, subject);

@@ -29,9 +29,20 @@ int TARGET_HOOK(socket_create, int family, int type, int protocol, int kern, int
 	if (kern)
 		return 0; /* the kernel's own sockets */
 	SUBJECT(subject, PALISADE_HOOK_SOCKET_CREATE);
-	if (!find_subject(&subject) || !(subject.policy->lookups & PALISADE_LOOKUP_SOCKETS))
+	if (!find_subject(&subject))
 		return 0;
 	__u32 real_protocol = default_protocol(family, type, protocol);
+	if (modeling(&subject)) {
+		struct palisade_model_key *record = new_record(&subject, PALISADE_MODEL_SOCKET);
+		if (record) {
+			record->family = family;
+			record->protocol = real_protocol;
+			record->arg = type;
+			count_record(record);
+		}
+	}
+	if (!(subject.policy->lookups & PALISADE_LOOKUP_SOCKETS))
+		return 0;
 	struct palisade_socket_key key = {
 		.policy_id = subject.target->policy_id,
 		.family = family,
@@ -73,7 +84,8 @@ static __always_inline int check_destination(__u32 hook, struct socket *sock, vo
 					     int len)
 {
 	SUBJECT(subject, hook);
-	if (!find_subject(&subject) || !(subject.policy->lookups & PALISADE_LOOKUP_NETWORK))
+	if (!find_subject(&subject) ||
+	    !((subject.policy->lookups & PALISADE_LOOKUP_NETWORK) || modeling(&subject)))
 		return 0;
 	struct sockaddr_in6 sa = {};
 	if (!address || len < (int)sizeof(struct sockaddr_in) ||
@@ -96,6 +108,18 @@ static __always_inline int check_destination(__u32 hook, struct socket *sock, vo
 	__u8 protocol = BPF_CORE_READ(sock, sk, sk_protocol);
 	/* ICMPv6 is ICMP to rules. */
 	__u8 rule_protocol = protocol == IPPROTO_ICMPV6 ? IPPROTO_ICMP : protocol;
+	if (modeling(&subject)) {
+		struct palisade_model_key *record = new_record(&subject, PALISADE_MODEL_PEER);
+		if (record) {
+			record->family = sa.sin6_family;
+			record->protocol = protocol;
+			record->port = port;
+			__builtin_memcpy(record->addr, key.data.addr, 16);
+			count_record(record);
+		}
+	}
+	if (!(subject.policy->lookups & PALISADE_LOOKUP_NETWORK))
+		return 0;
 	struct palisade_verdict d = {};
 	match_destination(&key, rule_protocol, port, &d);
 	match_destination(&key, rule_protocol, 0, &d);
@@ -147,6 +171,8 @@ int TARGET_HOOK(socket_setsockopt, struct socket *sock, int level, int optname, 
 	SUBJECT(subject, PALISADE_HOOK_SOCKET_SETSOCKOPT);
 	if (!find_subject(&subject))
 		return 0;
+	if (modeling(&subject))
+		record_operation(&subject, PALISADE_MODEL_OPERATION, (__u32)level << 16 | (__u32)optname);
 	return decide(&subject.policy->setsockopt_bpf, &subject, (__u32)level << 16 | (__u32)optname);
 }
 
@@ -179,6 +205,8 @@ int TARGET_HOOK(unix_stream_connect, struct sock *sock, struct sock *other, stru
 		len++;
 	}
 	s->path[(len - 1) & 127] = 0; /* len <= UNIX_PATH_MAX < 128 */
+	if (modeling(&subject))
+		record_file(&subject, s, len, PALISADE_PERM_CONNECT);
 	struct palisade_verdict d = {};
 	match_path(subject.target, s, len, PALISADE_PERM_CONNECT, &d);
 	if (d.action == PALISADE_ACTION_NONE)

@@ -7,7 +7,7 @@
 #ifndef PALISADE_PATH_MATCH_H
 #define PALISADE_PATH_MATCH_H
 
-#include "common.h"
+#include "model.h"
 
 static __always_inline void match_globs(const struct palisade_target *target, struct scratch *s,
 					__u32 chars, __u64 candidates, __u32 perms,

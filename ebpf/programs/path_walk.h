@@ -250,12 +250,14 @@ static __always_inline int check_dentry(struct dentry *dentry, struct vfsmount *
 	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
-	/* As in check_file: the path is walked for path rules, or to report a decision. */
+	/* As in check_file: the path is walked for path rules, to report a decision, or to model. */
 	struct palisade_verdict by_file = {};
 	protect_files(&by_file, dentry, perms);
-	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE)
+	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE && !modeling(&subject))
 		return 0;
 	long len = walk_path(s, dentry, vfsmnt);
+	if (modeling(&subject))
+		record_file(&subject, s, len, perms);
 	return decide_resolved(&subject, s, len, perms, &by_file, NULL);
 }
 
@@ -291,7 +293,8 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
-	/* What needs no path first: then the path is resolved for path rules, or to report. */
+	/* What needs no path first: then the path is resolved for path rules, to report, or to
+	 * model. */
 	struct palisade_verdict by_file = {};
 	protect_files(&by_file, file->f_path.dentry, perms);
 	/* A block device is one whatever its path: matched by the inode's type. */
@@ -300,7 +303,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	    (inode->i_mode & S_IFMT) == S_IFBLK)
 		consider(&by_file, subject.policy->block_device_open.action,
 			 subject.policy->block_device_open.rule_id);
-	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE)
+	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE && !modeling(&subject))
 		return 0;
 	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);
 	len = without_deleted_suffix(s, file->f_path.dentry, len);
@@ -308,6 +311,8 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	 * (prepend_path returns 3, which d_path ignores): the walk tells that from a real root. */
 	if (len == 2)
 		len = walk_path(s, file->f_path.dentry, file->f_path.mnt);
+	if (modeling(&subject))
+		record_file(&subject, s, len, perms);
 	return decide_resolved(&subject, s, len, perms, &by_file, inode);
 }
 

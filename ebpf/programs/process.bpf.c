@@ -4,7 +4,7 @@
  * agent, or `palisade run`), which would end its enforcement; and a policy may forbid tracing or
  * inspecting (/proc/PID/root, mem, environ...) processes outside the target.
  */
-#include "common.h"
+#include "model.h"
 
 static __always_inline int protect_process(struct task_struct *object,
 					   const struct subject *subject, __u32 arg)
@@ -60,6 +60,8 @@ int TARGET_HOOK(ptrace_access_check, struct task_struct *child, unsigned int mod
 	SUBJECT(subject, PALISADE_HOOK_PTRACE_ACCESS_CHECK);
 	if (!find_subject(&subject))
 		return 0;
+	if (modeling(&subject))
+		record_operation(&subject, PALISADE_MODEL_OPERATION, mode);
 	if (is_protected_process(child))
 		return protect_process(child, &subject, mode);
 	struct palisade_verdict d = subject.policy->ptrace_outside;

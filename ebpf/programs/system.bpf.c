@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /* Privilege hooks: capabilities, user namespaces, the bpf() system call. */
-#include "common.h"
+#include "model.h"
 
 SEC("lsm/capable")
 int TARGET_HOOK(capable, const void *cred, struct user_namespace *ns, int cap, unsigned int opts,
@@ -11,6 +11,9 @@ int TARGET_HOOK(capable, const void *cred, struct user_namespace *ns, int cap, u
 	SUBJECT(subject, PALISADE_HOOK_CAPABLE);
 	if (!find_subject(&subject))
 		return 0;
+	/* What the kernel only probes without auditing is no use of the capability. */
+	if (modeling(&subject) && !(opts & CAP_OPT_NOAUDIT))
+		record_operation(&subject, PALISADE_MODEL_CAPABILITY, cap);
 	struct palisade_verdict d = {};
 	if (cap >= 0 && cap < PALISADE_CAP_COUNT)
 		d = subject.policy->capability[cap & (PALISADE_CAP_COUNT - 1)];
@@ -34,6 +37,8 @@ int TARGET_HOOK(userns_create, const void *cred, int ret)
 	SUBJECT(subject, PALISADE_HOOK_USERNS_CREATE);
 	if (!find_subject(&subject))
 		return 0;
+	if (modeling(&subject))
+		record_operation(&subject, PALISADE_MODEL_OPERATION, 0);
 	return decide(&subject.policy->userns_create, &subject, 0);
 }
 
@@ -53,6 +58,8 @@ int TARGET_HOOK(bpf, int cmd, void *attr, unsigned int size, int ret)
 	SUBJECT(subject, PALISADE_HOOK_BPF);
 	if (!find_subject(&subject))
 		return 0;
+	if (modeling(&subject))
+		record_operation(&subject, PALISADE_MODEL_OPERATION, cmd);
 	if (reaches_loaded_objects(cmd))
 		return decide(&self_protection, &subject, cmd);
 	return decide(&subject.policy->bpf_prog_load, &subject, cmd);

@@ -13,7 +13,7 @@ use aya::{
 };
 use palisade_common::{
     HookCost, RuleCount, RuleKey, STAT_EVENTS, STAT_EVENTS_DROPPED, STAT_EVENTS_THROTTLED,
-    STAT_UNCOUNTED, STAT_UNDECIDED,
+    STAT_MODEL_DROPPED, STAT_UNCOUNTED, STAT_UNDECIDED,
 };
 
 use super::{HOOKS, PolicyRegistry};
@@ -29,6 +29,9 @@ pub struct Stats {
     pub undecided: u64,
     /// Decisions not counted by rule (the counter map was full).
     pub uncounted: u64,
+    /// Behaviour records lost: the record map full, and the model not open (its overflow
+    /// record missing).
+    pub model_dropped: u64,
 }
 
 /// The decisions of one rule of one policy in one hook, by action.
@@ -125,6 +128,7 @@ impl Counters {
             events_throttled: sum(STAT_EVENTS_THROTTLED)?,
             undecided: sum(STAT_UNDECIDED)?,
             uncounted: sum(STAT_UNCOUNTED)?,
+            model_dropped: sum(STAT_MODEL_DROPPED)?,
         })
     }
 

@@ -18,6 +18,7 @@ use super::{
     Stats,
     counters::Counters,
     loader::Programs,
+    records::{ModelRecords, Records},
     store::{PolicyMaps, PolicyStore, ProgramsBarrier},
     table::{Installed, LEVELS, Levels, Slot, TargetTable},
 };
@@ -52,6 +53,7 @@ pub struct Enforcer {
     store: PolicyStore,
     counters: Counters,
     protected: ProtectedFiles,
+    models: ModelRecords,
     events: Option<RingBuf<MapData>>,
     /// Policies no slot points at any more, their entries not deleted yet: released, then
     /// awaiting the wait for the programs that may be reading them, then deletable.
@@ -98,6 +100,7 @@ impl Enforcer {
             stats,
             rule_counts,
             hook_cost,
+            model_records,
             sync_barrier,
             sync_inner,
         } = maps;
@@ -138,6 +141,7 @@ impl Enforcer {
             ),
             counters: Counters::new(stats, rule_counts, hook_cost),
             protected: ProtectedFiles::new(protected_inodes),
+            models: ModelRecords::new(model_records),
             events: Some(events),
             released: Vec::new(),
             awaiting: Vec::new(),
@@ -161,7 +165,9 @@ impl Enforcer {
         self.protected.remove_others()?;
         self.publish_levels()?;
         self.store.wait_for_running_programs()?;
-        let stale_entries = self.store.purge_except(&live)? + self.counters.purge_except(&live)?;
+        let stale_entries = self.store.purge_except(&live)?
+            + self.counters.purge_except(&live)?
+            + self.models.purge()?;
         if stale_targets > 0 || stale_entries > 0 {
             info!(
                 targets = stale_targets,
@@ -547,5 +553,19 @@ impl Enforce for Enforcer {
 
     fn is_armed(&self, parent_id: u64, name: &str) -> bool {
         Enforcer::is_armed(self, parent_id, name)
+    }
+
+    fn open_model(&mut self) -> Result<u32, EnforceError> {
+        self.models
+            .open()
+            .map_err(|err| self.sizes.full_or("model_records", err))
+    }
+
+    fn take_model_records(&mut self) -> Result<Records, MapError> {
+        self.models.take()
+    }
+
+    fn close_model(&mut self, model_id: u32) -> Result<(), MapError> {
+        self.models.close(model_id)
     }
 }

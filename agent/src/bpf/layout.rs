@@ -13,9 +13,9 @@ use aya::{
     },
 };
 use palisade_common::{
-    CGROUP_NAME_LEN, Config, GlobKey, GlobRule, HookCost, InodeKey, KEY_PATH_LEN, MountTypeKey,
-    NETWORK_FIXED_BITS, NetworkKeyData, PathVerdict, PendingKey, Policy, RuleCount, RuleKey,
-    SocketKey, TRIE_FIXED_BITS, Target, TriePath, Verdict,
+    CGROUP_NAME_LEN, Config, GlobKey, GlobRule, HookCost, InodeKey, KEY_PATH_LEN, ModelKey,
+    MountTypeKey, NETWORK_FIXED_BITS, NetworkKeyData, PathVerdict, PendingKey, Policy, RuleCount,
+    RuleKey, SocketKey, TRIE_FIXED_BITS, Target, TriePath, Verdict,
 };
 use serde::Serialize;
 
@@ -72,6 +72,7 @@ maps! {
         stats: PerCpuArray<MapData, u64>,
         rule_counts: PerCpuHashMap<MapData, RuleKey, RuleCount>,
         hook_cost: PerCpuArray<MapData, HookCost>,
+        model_records: HashMap<MapData, ModelKey, u64>,
         sync_barrier: ArrayOfMaps<MapData, Array<MapData, u32>>,
         sync_inner: Array<MapData, u32>,
     }

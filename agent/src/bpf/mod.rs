@@ -1,7 +1,8 @@
 //! The kernel side, seen from user space: loading and attaching the LSM programs (`loader`), and
 //! the maps through which policies are enforced: the policies' entries (`store`), which target
-//! has which (`table`), and what the kernel counts (`counters`). `Enforcer` owns them all and
-//! switches policies in (`swap`); `layout` is the contract with the object.
+//! has which (`table`), what the kernel counts (`counters`) and what it records for
+//! BehaviorModeling (`records`). `Enforcer` owns them all and switches policies in (`swap`);
+//! `layout` is the contract with the object.
 
 mod counters;
 mod enforcer;
@@ -11,6 +12,7 @@ mod loader;
 mod pinned;
 mod preflight;
 mod protected;
+mod records;
 mod registry;
 mod sizes;
 mod store;
@@ -24,6 +26,7 @@ pub(crate) use layout::{MAPS, Maps};
 pub use pinned::{DEFAULT_ROOT, PinnedState, object_version, remove as remove_pinned};
 pub use preflight::{KERNEL_BTF, LoadError, LsmList, Preflight};
 pub use protected::{ProtectError, ProtectedFiles, Protection};
+pub use records::Records;
 pub use registry::{InstalledPolicy, PolicyRegistry, SELF_PROTECTION};
 pub use sizes::{EnforceError, MapSizes};
 pub use store::ProgramsBarrier;

@@ -1,6 +1,6 @@
 //! How many entries the maps that grow with policies hold: set when the object is loaded, from
-//! the agent's configuration (`--max-targets`, `--max-path-entries`), so that a node pays for
-//! what it enforces. Kernels before 6.4 account a map by the entries it may hold, used or not.
+//! the agent's configuration (`--max-targets`, `--max-path-entries`, `--max-model-records`), so
+//! that a node pays for what it enforces. Kernels before 6.4 account a map by the entries it may hold, used or not.
 
 use aya::{maps::MapError, sys::SyscallError};
 
@@ -12,21 +12,25 @@ pub struct MapSizes {
     /// Path entries at once: each targeted cgroup's prefix and exact rules, one entry per
     /// path (its policy's own, so a policy on ten cgroups counts ten times); at least 1.
     pub path_entries: u32,
+    /// Distinct things modeled targets do between two reads of the agent (every 2 s), over all
+    /// models; at least 1.
+    pub model_records: u32,
 }
 
 impl Default for MapSizes {
-    /// Room for 1,024 targets and 16,384 path entries.
+    /// Room for 1,024 targets, 16,384 path entries and 8,192 behaviour records.
     fn default() -> Self {
         Self {
             targets: 1024,
             path_entries: 16384,
+            model_records: 8192,
         }
     }
 }
 
 impl MapSizes {
     /// The entries of each map sized here; the object's other maps keep their sizes.
-    pub fn entries(&self) -> [(&'static str, u32); 11] {
+    pub fn entries(&self) -> [(&'static str, u32); 12] {
         let (targets, paths) = (self.targets, self.path_entries);
         // Suffix, glob, mount, socket and network rules, and audited rules: fewer than path
         // entries in every policy of the catalog, a quarter of them here.
@@ -45,6 +49,7 @@ impl MapSizes {
             // A rule's decisions, by hook and action.
             ("rule_counts", paths),
             ("audit_buckets", other_rules),
+            ("model_records", self.model_records),
         ]
     }
 
@@ -67,10 +72,10 @@ impl MapSizes {
             Some(entries) if no_room => EnforceError::Full {
                 map,
                 entries,
-                option: if matches!(map, "targets" | "pending" | "policies") {
-                    "--max-targets"
-                } else {
-                    "--max-path-entries"
+                option: match map {
+                    "targets" | "pending" | "policies" => "--max-targets",
+                    "model_records" => "--max-model-records",
+                    _ => "--max-path-entries",
                 },
             },
             _ => EnforceError::Map(err),
@@ -105,6 +110,7 @@ mod tests {
         let tiny = MapSizes {
             targets: 1,
             path_entries: 1,
+            model_records: 1,
         };
         assert!(tiny.entries().iter().all(|(_, entries)| *entries >= 1));
         assert_eq!(tiny.of("policies"), Some(2));

@@ -22,6 +22,7 @@ use tracing::{info, warn};
 
 use super::session::{Session, json_sink};
 use crate::{
+    behavior::Models,
     bpf::{AuditRate, Enforcer, MapSizes, PinnedState},
     events::{Deciding, FalcoSink, JsonLines, Rotation, Sink},
     files::{Change, PolicyDir},
@@ -126,6 +127,14 @@ pub struct AgentArgs {
     #[arg(long, value_name = "ENTRIES", default_value_t = MapSizes::default().path_entries,
         value_parser = clap::value_parser!(u32).range(1..=1 << 22))]
     pub max_path_entries: u32,
+    /// Where the models of BehaviorModeling policies are written (POLICY.yaml).
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/palisade/models")]
+    pub models_dir: PathBuf,
+    /// Distinct things modeled targets may do between two reads of the agent (every 2 s); more
+    /// are counted as lost in their model. Sizes the kernel's maps like --max-targets.
+    #[arg(long, value_name = "RECORDS", default_value_t = MapSizes::default().model_records,
+        value_parser = clap::value_parser!(u32).range(1..=1 << 22))]
+    pub max_model_records: u32,
     /// Where compiled rule modules are kept between runs (only root may write there).
     #[arg(long, value_name = "DIR", default_value = "/var/cache/palisade/rules")]
     pub rules_cache: PathBuf,
@@ -142,6 +151,7 @@ impl AgentArgs {
         MapSizes {
             targets: self.max_targets,
             path_entries: self.max_path_entries,
+            model_records: self.max_model_records,
         }
     }
 
@@ -275,7 +285,15 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .create(&args.rules_cache)
         .with_context(|| format!("creating {}", args.rules_cache.display()))?;
     let mut own_files = vec![args.rules_cache.as_path()];
-    own_files.extend(args.policy_dir.as_deref());
+    if let Some(policy_dir) = &args.policy_dir {
+        // Models say what a target did: no target may change them.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(&args.models_dir)
+            .with_context(|| format!("creating {}", args.models_dir.display()))?;
+        own_files.extend([policy_dir.as_path(), args.models_dir.as_path()]);
+    }
     if args.kubernetes && args.rule_modules.exists() {
         own_files.push(&args.rule_modules);
     }
@@ -315,7 +333,13 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             dir_watcher = Some(watcher);
             info!(dir = %dir.display(), "policies from files");
             Source::Dir {
-                policies: PolicyDir::new(dir.clone(), cgroups, rule_host, metrics),
+                policies: PolicyDir::new(
+                    dir.clone(),
+                    cgroups,
+                    rule_host,
+                    metrics,
+                    Models::new(args.models_dir.clone()),
+                ),
                 completed,
             }
         }
@@ -409,6 +433,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 next_retire_step = Some(now + RETIRE_DELAY);
             }
         }
+    }
+    if let Source::Dir { policies, .. } = &mut source {
+        policies.stop_modeling(&mut session.enforcer);
     }
     session.enforcer.retire_released();
     server.abort();

@@ -30,6 +30,12 @@ fn exit_code(status: ExitStatus) -> i32 {
 pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     let host = RuleHost::new(None)?;
     let (policy, compiled) = super::policy::load_and_compile(&host, &args.policy)?;
+    anyhow::ensure!(
+        compiled.modeling().is_none(),
+        "{}: spec.mode: BehaviorModeling models a workload over its duration: run it with \
+         palisade agent --policy-dir",
+        args.policy.display()
+    );
     if policy.spec.target.is_some() {
         info!("spec.target is ignored: `palisade run` protects the cgroup it creates");
     }

@@ -210,6 +210,11 @@ impl Session {
                 before.kernel.uncounted,
             ),
             (
+                "behaviour records lost: the record map full, the model already closed",
+                now.kernel.model_dropped,
+                before.kernel.model_dropped,
+            ),
+            (
                 "operations on targets allowed undecided: their path could not be resolved",
                 now.kernel.undecided,
                 before.kernel.undecided,

@@ -226,15 +226,22 @@ impl Reconciler {
             },
             spec: policy.spec.clone(),
         };
-        crate::rules::compile_policy(
+        let compiled = crate::rules::compile_policy(
             &self.rule_host,
             &policy.key,
             &self.modules,
             &model,
             &self.environment,
         )
-        .map(Arc::new)
-        .map_err(|err| err.to_string())
+        .map_err(|err| err.to_string())?;
+        if compiled.modeling().is_some() {
+            return Err(format!(
+                "{}: spec.mode: BehaviorModeling is not available in Kubernetes yet; model the \
+                 workload with a policy file (palisade agent --policy-dir)",
+                policy.key
+            ));
+        }
+        Ok(Arc::new(compiled))
     }
 
     /// Brings the kernel in line with `objects`. Returns a report for every policy, and the

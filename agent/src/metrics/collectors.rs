@@ -167,6 +167,12 @@ impl Collector for KernelCollector {
                 snapshot.stats.uncounted,
             ),
             (
+                "model_records_dropped",
+                "Behaviour records lost outside every model's count (the kernel's record map \
+                 full, and the model already closed)",
+                snapshot.stats.model_dropped,
+            ),
+            (
                 "events_written",
                 "Audit events the agent wrote to its sinks (each sink counts what it failed to \
                  deliver)",

@@ -237,6 +237,7 @@ mod tests {
                 events_throttled: 5,
                 undecided: 1,
                 uncounted: 0,
+                model_dropped: 0,
             },
             targets: 4,
             agent_events: AgentEventCounts {

@@ -2,15 +2,15 @@
 //! in the result. Lowering (`lower`) turns the spec into rules and finds every error; encoding
 //! (`encode`) turns the rules into map entries.
 
-use std::fmt::Display;
+use std::{fmt::Display, time::Duration};
 
-use palisade_common::POLICY_ALWAYS_ALLOW;
+use palisade_common::{POLICY_ALWAYS_ALLOW, POLICY_MODELING};
 
 use super::{
     Action, CustomRules, Mode, OnFailure, Policy, PolicyError,
     catalog::Environment,
     encode::{MapEntries, encode},
-    lower::{Violations, lower},
+    lower::{Violations, lower, modeling},
 };
 
 /// What one policy compiles to, independent of the policy id it is installed under.
@@ -22,6 +22,8 @@ pub struct CompiledPolicy {
     entries: MapEntries,
     /// The rule modules that decide the policy's events, in order.
     deciders: Vec<Decider>,
+    /// BehaviorModeling: how long its targets are modeled.
+    modeling: Option<Duration>,
 }
 
 /// A rule module deciding a policy's events.
@@ -71,10 +73,31 @@ impl CompiledPolicy {
         &self.deciders
     }
 
-    /// Whether the kernel leaves the policy's targets alone (mode AlwaysAllow): then they need
-    /// no program to decide anything.
+    /// Whether the kernel leaves the policy's targets alone (mode AlwaysAllow, or
+    /// BehaviorModeling neither recording nor with rules): then they need no program to decide
+    /// anything.
     pub fn always_allow(&self) -> bool {
         self.entries.switches.flags & POLICY_ALWAYS_ALLOW != 0
+    }
+
+    /// BehaviorModeling: how long its targets are modeled.
+    pub fn modeling(&self) -> Option<Duration> {
+        self.modeling
+    }
+
+    /// This policy with the kernel recording what its targets do, as the records of model
+    /// `model_id`.
+    pub fn recording_into(mut self, model_id: u32) -> Self {
+        let switches = &mut self.entries.switches;
+        switches.flags = (switches.flags & !POLICY_ALWAYS_ALLOW) | POLICY_MODELING;
+        switches.model_id = model_id;
+        self
+    }
+
+    /// The model the kernel records its targets' behaviour into, if it does.
+    pub fn model_id(&self) -> Option<u32> {
+        let switches = &self.entries.switches;
+        (switches.flags & POLICY_MODELING != 0).then_some(switches.model_id)
     }
 }
 
@@ -85,9 +108,11 @@ pub fn compile(
     env: &Environment,
     modules: &[CustomRules],
 ) -> Result<CompiledPolicy, PolicyError> {
+    let modeling = modeling(source, policy)?;
     let rules = lower(source, policy, env, modules)?;
     let mut entries = encode(&rules, Violations::of(policy));
-    if policy.spec.mode == Mode::AlwaysAllow {
+    let nothing_to_decide = modeling.is_some() && rules.is_empty();
+    if policy.spec.mode == Mode::AlwaysAllow || nothing_to_decide {
         entries.switches.flags |= POLICY_ALWAYS_ALLOW;
     }
     let deciders = policy
@@ -112,6 +137,7 @@ pub fn compile(
             .collect(),
         entries,
         deciders,
+        modeling,
     })
 }
 
@@ -168,7 +194,7 @@ pub(super) mod testing {
 mod tests {
     use palisade_common::{
         ACTION_AUDIT, ACTION_DENY, PERM_EXEC, PERM_READ, PERM_WRITE, POLICY_ALWAYS_ALLOW,
-        Policy as KernelPolicy, Verdict,
+        POLICY_MODELING, Policy as KernelPolicy, Verdict,
     };
 
     use super::testing::{decide, parse, rule_names, with_spec};
@@ -192,6 +218,36 @@ mod tests {
         .unwrap();
         assert!(privileged.rules().is_empty());
         assert!(!privileged.always_allow(), "self-protection still applies");
+    }
+
+    #[test]
+    fn behavior_modeling_is_left_alone_until_it_records() {
+        let policy = parse(&with_spec(
+            "  mode: BehaviorModeling\n  behaviorModeling: {duration: 1h30m}\n",
+        ))
+        .unwrap();
+        assert_eq!(
+            policy.modeling(),
+            Some(std::time::Duration::from_secs(5400))
+        );
+        assert!(policy.rules().is_empty());
+        assert!(
+            policy.always_allow(),
+            "no rule of its own: nothing to decide"
+        );
+        assert_eq!(policy.model_id(), None);
+
+        let recording = policy.recording_into(7);
+        assert_eq!(recording.model_id(), Some(7));
+        assert!(!recording.always_allow(), "the programs record its targets");
+        assert_eq!(
+            recording.entries().switches,
+            KernelPolicy {
+                flags: POLICY_MODELING,
+                model_id: 7,
+                ..KernelPolicy::default()
+            }
+        );
     }
 
     #[test]

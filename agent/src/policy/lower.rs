@@ -2,7 +2,7 @@
 //! become one list of rules, each a name, an action and checked effects (see `effect`). Every
 //! `PolicyError` a valid YAML document can cause is found here, named by its field.
 
-use std::fmt::Display;
+use std::{fmt::Display, time::Duration};
 
 use palisade_common::{FS_TYPE_LEN, MAX_GLOBS};
 
@@ -17,6 +17,9 @@ use super::{
 const MAX_PORTS_PER_RULE: u32 = 1024;
 
 const ENHANCE_PROTECT: &str = "spec.enhanceProtect";
+const BEHAVIOR_MODELING: &str = "spec.behaviorModeling";
+/// The longest BehaviorModeling: a week.
+const LONGEST_MODELING: Duration = Duration::from_secs(168 * 3600);
 
 /// A rule on its way into the maps.
 pub(super) struct Rule {
@@ -81,6 +84,62 @@ pub(super) fn lower(
     Ok(rules)
 }
 
+/// How long a BehaviorModeling policy models its target; None in the other modes.
+pub(super) fn modeling(
+    source: &dyn Display,
+    policy: &Policy,
+) -> Result<Option<Duration>, PolicyError> {
+    let field = format!("{BEHAVIOR_MODELING}.duration");
+    match (policy.spec.mode, &policy.spec.behavior_modeling) {
+        (Mode::BehaviorModeling, Some(modeling)) => parse_duration(&modeling.duration)
+            .map(Some)
+            .map_err(|reason| PolicyError::new(source, field, reason)),
+        (Mode::BehaviorModeling, None) => Err(PolicyError::new(
+            source,
+            BEHAVIOR_MODELING,
+            "mode BehaviorModeling needs its duration",
+        )),
+        (mode, Some(_)) => Err(PolicyError::new(
+            source,
+            BEHAVIOR_MODELING,
+            format!("only allowed with mode BehaviorModeling, not {mode:?}"),
+        )),
+        (_, None) => Ok(None),
+    }
+}
+
+/// Hours, minutes and seconds in that order, each optional ("90s", "15m", "1h30m"), from 1 s to
+/// a week: what the resource's pattern and validation rule accept.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    const UNITS: [(char, u64); 3] = [('h', 3600), ('m', 60), ('s', 1)];
+    let malformed = || {
+        format!("\"{text}\": expected hours, minutes and seconds, as \"90s\", \"15m\" or \"1h30m\"")
+    };
+    let mut seconds: u64 = 0;
+    let mut units = UNITS.iter();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .ok_or_else(malformed)?;
+        let unit = rest[digits..].chars().next().ok_or_else(malformed)?;
+        let (_, scale) = units
+            .find(|(name, _)| *name == unit)
+            .ok_or_else(malformed)?;
+        let value: u64 = rest[..digits].parse().map_err(|_| malformed())?;
+        seconds = value
+            .checked_mul(*scale)
+            .and_then(|part| seconds.checked_add(part))
+            .ok_or_else(malformed)?;
+        rest = &rest[digits + 1..];
+    }
+    let duration = Duration::from_secs(seconds);
+    if text.is_empty() || duration < Duration::from_secs(1) || duration > LONGEST_MODELING {
+        return Err(format!("\"{text}\": must be from 1s to 168h (a week)"));
+    }
+    Ok(duration)
+}
+
 /// The tries' glob masks have a bit for each of a policy's `**` patterns.
 fn check_globs(source: &dyn Display, rules: &[Rule]) -> Result<(), PolicyError> {
     let mut globs = 0;
@@ -131,7 +190,7 @@ fn listed_rules(
                 format!("only allowed with mode EnhanceProtect, not {mode:?}"),
             ));
         }
-        (Mode::AlwaysAllow, None) => return Ok(Vec::new()),
+        (Mode::AlwaysAllow | Mode::BehaviorModeling, None) => return Ok(Vec::new()),
         (Mode::RuntimeDefault, None) => return Ok(vec![runtime_default()]),
     };
     let mut rules = Vec::new();
@@ -471,6 +530,58 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(parse(&text).unwrap_err().to_string(), expected, "{text}");
         }
+    }
+
+    #[test]
+    fn modeling_durations_are_hours_minutes_and_seconds_up_to_a_week() {
+        for (text, seconds) in [
+            ("1s", 1),
+            ("90s", 90),
+            ("15m", 900),
+            ("1h30m", 5400),
+            ("168h", 604_800),
+            ("2h0m5s", 7205),
+        ] {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_secs(seconds)),
+                "{text}"
+            );
+        }
+        for text in [
+            "",
+            "0s",
+            "169h",
+            "5",
+            "1m1h",
+            "1d",
+            "h",
+            "1h 5m",
+            "99999999999999999999h",
+        ] {
+            assert!(parse_duration(text).is_err(), "{text}");
+        }
+    }
+
+    #[test]
+    fn behavior_modeling_goes_with_its_duration() {
+        let error = |spec: &str| parse(&with_spec(spec)).unwrap_err().to_string();
+        assert_eq!(
+            error("  mode: BehaviorModeling\n"),
+            "p.yaml: spec.behaviorModeling: mode BehaviorModeling needs its duration"
+        );
+        assert_eq!(
+            error("  mode: AlwaysAllow\n  behaviorModeling: {duration: 5m}\n"),
+            "p.yaml: spec.behaviorModeling: only allowed with mode BehaviorModeling, not AlwaysAllow"
+        );
+        assert_eq!(
+            error("  mode: BehaviorModeling\n  behaviorModeling: {duration: 2w}\n"),
+            "p.yaml: spec.behaviorModeling.duration: \"2w\": expected hours, minutes and seconds, as \"90s\", \"15m\" or \"1h30m\""
+        );
+        assert_eq!(
+            error("  mode: BehaviorModeling\n  behaviorModeling: {duration: 200h}\n"),
+            "p.yaml: spec.behaviorModeling.duration: \"200h\": must be from 1s to 168h (a week)"
+        );
     }
 
     #[test]

@@ -1,19 +1,29 @@
 //! A kernel for tests of reconciling (the `fake-kernel` feature, for the Kubernetes suite).
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use aya::maps::MapError;
 
 use super::{Cgroup, Enforce, StageError};
-use crate::{bpf::EnforceError, policy::CompiledPolicy};
+use crate::{
+    bpf::{EnforceError, Records},
+    policy::CompiledPolicy,
+};
 
 /// A kernel for tests: records the policies enforced, by target id, and staged, by parent id
-/// and name; can be told to fail.
+/// and name, and the behaviour models open; can be told to fail.
 #[derive(Debug, Default)]
 pub struct FakeKernel {
     pub enforced: HashMap<u64, Arc<CompiledPolicy>>,
     pub staged: HashMap<(u64, String), Arc<CompiledPolicy>>,
     pub fail: bool,
+    pub models: HashSet<u32>,
+    /// What the next `take_model_records` returns.
+    pub records: Records,
+    models_opened: u32,
 }
 
 impl Enforce for FakeKernel {
@@ -49,5 +59,20 @@ impl Enforce for FakeKernel {
 
     fn is_armed(&self, parent_id: u64, name: &str) -> bool {
         self.staged.contains_key(&(parent_id, name.to_owned()))
+    }
+
+    fn open_model(&mut self) -> Result<u32, EnforceError> {
+        self.models_opened += 1;
+        self.models.insert(self.models_opened);
+        Ok(self.models_opened)
+    }
+
+    fn take_model_records(&mut self) -> Result<Records, MapError> {
+        Ok(std::mem::take(&mut self.records))
+    }
+
+    fn close_model(&mut self, model_id: u32) -> Result<(), MapError> {
+        self.models.remove(&model_id);
+        Ok(())
     }
 }

@@ -5,7 +5,10 @@ use std::{path::Path, sync::Arc};
 use aya::maps::MapError;
 
 use super::{Cgroup, CgroupError, Hierarchy};
-use crate::{bpf::EnforceError, policy::CompiledPolicy};
+use crate::{
+    bpf::{EnforceError, Records},
+    policy::CompiledPolicy,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StageError {
@@ -37,6 +40,14 @@ pub trait Enforce {
     fn is_target(&self, target_id: u64) -> bool;
     /// Whether cgroup `name` below `parent_id` is armed, whoever armed it.
     fn is_armed(&self, parent_id: u64, name: &str) -> bool;
+    /// Opens a behaviour model: policies recording into its id have their targets' behaviour
+    /// recorded.
+    fn open_model(&mut self) -> Result<u32, EnforceError>;
+    /// Takes out what the targets of recording policies did since the last call, with each
+    /// open model's count of what could not be recorded.
+    fn take_model_records(&mut self) -> Result<Records, MapError>;
+    /// Closes a model: what is still recorded into it is lost.
+    fn close_model(&mut self, model_id: u32) -> Result<(), MapError>;
 }
 
 /// Where a policy is enforced: on its target, or armed for a target not created yet (the kernel

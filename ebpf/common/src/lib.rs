@@ -10,7 +10,8 @@ const _: () = assert!(
     "LPM key data is at most 256 bytes"
 );
 const _: () = assert!(core::mem::size_of::<PathVerdict>() == 48);
-const _: () = assert!(core::mem::size_of::<Policy>() == 8 + 8 * (CAP_COUNT as usize + 12));
+const _: () = assert!(core::mem::size_of::<Policy>() == 16 + 8 * (CAP_COUNT as usize + 12));
+const _: () = assert!(core::mem::size_of::<ModelKey>() == 48 + MODEL_DATA_LEN as usize);
 const _: () = assert!(core::mem::size_of::<NetworkKeyData>() == 24);
 const _: () = assert!(core::mem::size_of::<Event>() == 408);
 // StageError's message names the longest cgroup name that can be armed.
@@ -38,4 +39,5 @@ mod user {
     unsafe impl aya::Pod for RuleKey {}
     unsafe impl aya::Pod for RuleCount {}
     unsafe impl aya::Pod for HookCost {}
+    unsafe impl aya::Pod for ModelKey {}
 }

@@ -13,6 +13,8 @@ use std::{
 mod builtin_rules;
 #[path = "enforcement/kubernetes.rs"]
 mod kubernetes;
+#[path = "enforcement/modeling.rs"]
+mod modeling;
 #[path = "enforcement/modes.rs"]
 mod modes;
 #[path = "enforcement/observability.rs"]
