@@ -28,9 +28,11 @@ pub const BENCHES: &[(&str, u64, &str)] = &[
     ("open_close", 5000, "open and close a file"),
     ("stat", 5000, "stat a file"),
     ("pipe", 5000, "write and read back 512 bytes through a pipe"),
+    // More operations than its time per operation alone asks for: a run of 2000 varied by ±0.5%
+    // between rounds even in S0, as much as the margin of the goal it is checked against.
     (
         "connect",
-        2000,
+        8000,
         "TCP socket, connect to loopback, accept, close both (reset: no TIME_WAIT left)",
     ),
     ("file_copy", 20, "copy a 256 KiB file in 4 KiB blocks"),
