@@ -14,7 +14,7 @@ use tracing::error;
 use crate::{
     behavior::Models,
     metrics::Metrics,
-    policy::{CompiledPolicy, Environment, PolicyError, Target},
+    policy::{CompiledPolicy, Environment, Policy, PolicyError, Target},
     rules::RuleHost,
     targets::{Enforce, EnforcedSet, Entry, Hierarchy, Placement},
 };
@@ -92,8 +92,13 @@ impl PolicyDir {
         }
     }
 
-    fn prepare(&self, file: &Path, text: &str) -> Result<(CompiledPolicy, Placement), PolicyError> {
-        let policy = crate::policy::Policy::parse(file, text)?;
+    /// The policy in `file`, compiled, and where it goes.
+    fn prepare(
+        &self,
+        file: &Path,
+        text: &str,
+    ) -> Result<(Policy, CompiledPolicy, Placement), PolicyError> {
+        let policy = Policy::parse(file, text)?;
         let compiled = crate::rules::compile_policy(
             &self.rule_host,
             &file.display(),
@@ -125,7 +130,7 @@ impl PolicyDir {
         let placement = Placement::locate(&self.cgroups, cgroup_path).map_err(|err| {
             PolicyError::new(file.display(), "spec.target.cgroupPath", err.to_string())
         })?;
-        Ok((compiled, placement))
+        Ok((policy, compiled, placement))
     }
 
     /// Brings the kernel in line with the directory: new and changed files, removed files, and
@@ -219,7 +224,7 @@ impl PolicyDir {
         file: &Path,
         text: String,
     ) -> Result<(), PolicyError> {
-        let (compiled, placement) = self.prepare(file, &text)?;
+        let (policy, compiled, placement) = self.prepare(file, &text)?;
         if let Some((other, _)) = self
             .enforced
             .iter()
@@ -238,7 +243,13 @@ impl PolicyDir {
         let subject = file.display().to_string();
         let compiled = self
             .models
-            .prepare(&subject, &placement.describe(), compiled, enforcer)
+            .prepare(
+                &subject,
+                &placement.describe(),
+                &policy.spec,
+                compiled,
+                enforcer,
+            )
             .map_err(|err| {
                 PolicyError::new(
                     file.display(),
@@ -430,7 +441,7 @@ mod tests {
         assert_eq!(
             setup.reconcile(),
             [
-                "/policies/app.yaml: spec: unknown field `rulez`, expected one of `target`, `mode`, `enhanceProtect`, `behaviorModeling`, `ruleModules` at line 4 column 27; the previous version stays enforced"
+                "/policies/app.yaml: spec: unknown field `rulez`, expected one of `target`, `mode`, `enhanceProtect`, `behaviorModeling`, `defenseInDepth`, `ruleModules` at line 4 column 27; the previous version stays enforced"
             ]
         );
         assert_eq!(setup.enforced("app"), Some("v1"));

@@ -38,6 +38,11 @@ enum Command {
         #[command(subcommand)]
         command: PolicyCommand,
     },
+    /// Review what BehaviorModeling policies recorded, and turn a model into a policy.
+    Model {
+        #[command(subcommand)]
+        command: cmd::model::ModelCommand,
+    },
     /// Build and inspect rule modules (WebAssembly components).
     Rules {
         #[command(subcommand)]
@@ -131,6 +136,9 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             })
+        }
+        Command::Model { command } => {
+            cmd::model::run(command, &mut std::io::stdout()).map(|()| ExitCode::SUCCESS)
         }
         Command::Doctor => cmd::doctor::run(&mut std::io::stdout())
             .map(|ready| {

@@ -116,8 +116,7 @@ fn doctor_and_run_report_whether_bpf_lsm_works() {
 
 #[test]
 fn policy_replay_counts_what_a_candidate_would_have_blocked_per_rule() {
-    let dir = std::env::temp_dir().join(format!("palisade-replay-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("replay");
     let events = dir.join("events.jsonl");
     let event = |fields: &str| {
         format!(
@@ -169,5 +168,137 @@ fn policy_replay_counts_what_a_candidate_would_have_blocked_per_rule() {
     assert_eq!(row("disable-cap-sys-admin"), ["1", "0"]);
     assert_eq!(row("block-access-to-metadata-service"), ["0", "1"]);
     assert!(out.contains("not replayable: 1 task_kill events"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A scratch directory of this test process.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("palisade-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|err| panic!("{err}: {text}"))
+}
+
+#[test]
+fn model_show_summarizes_a_model_as_text_and_json() {
+    let model = example("models/web.yaml");
+    let (code, out, err) = palisade(&["model", "show", &model]);
+    assert_eq!(code, 0, "{err}");
+    for line in [
+        "model of policy \"web\" (/etc/palisade/policies/web.yaml)",
+        "recorded: 2026-11-28T04:00:00Z to 2026-11-28T04:01:30Z (90 s)",
+        "files (6):",
+        "/data/  (file_open): 10000 files collapsed, more than 32 files of /data/",
+        "executables (2):",
+        "       2  /bin/busybox",
+        "       4  127.0.0.1:8080 tcp (socket_connect)",
+        "       1  [::1]:53 udp (socket_sendmsg)",
+        "       4  inet stream (tcp)",
+        "       1  tmpfs (sb_kern_mount)",
+        "other operations (1):",
+    ] {
+        assert!(out.contains(line), "{line}\n{out}");
+    }
+    let (code, out, err) = palisade(&["model", "show", &model, "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let shown = json(&out);
+    assert_eq!(shown["policy"], "web");
+    assert_eq!(shown["files"][0]["path"], "/data/");
+    assert_eq!(shown["files"][0]["collapsed"]["files"], 10000);
+    assert_eq!(shown["peers"][0]["port"], 8080);
+
+    let (code, _, err) = palisade(&["model", "show", &example("protect-secrets.yaml")]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("protect-secrets.yaml: not a behaviour model"),
+        "{err}"
+    );
+}
+
+#[test]
+fn model_diff_says_what_changed_between_two_models() {
+    let dir = scratch("model-diff");
+    let before = example("models/web.yaml");
+    let after = dir.join("after.yaml");
+    let text = std::fs::read_to_string(&before).unwrap();
+    let changed = text
+        .replace(
+            "- path: /usr/bin/env\n  count: 1\n",
+            "- path: /bin/sh\n  count: 1\n",
+        )
+        .replace("  count: 4\n- family: 1", "  count: 9\n- family: 1");
+    assert_ne!(changed, text);
+    std::fs::write(&after, changed).unwrap();
+    let after = after.to_str().unwrap();
+    let (code, out, err) = palisade(&["model", "diff", &before, after]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out, "executables:\n  + /bin/sh\n  - /usr/bin/env\n",
+        "counts aside"
+    );
+    let (code, out, err) = palisade(&["model", "diff", &before, after, "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let diff = json(&out);
+    assert_eq!(diff["same"], false);
+    assert_eq!(diff["executables"]["added"], serde_json::json!(["/bin/sh"]));
+    assert_eq!(
+        diff["executables"]["removed"],
+        serde_json::json!(["/usr/bin/env"])
+    );
+    assert_eq!(diff["files"]["added"], serde_json::json!([]));
+    let (code, out, _) = palisade(&["model", "diff", &before, &before]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "the models are the same (counts aside)\n")
+    );
+    let (_, out, _) = palisade(&["model", "diff", &before, &before, "--output", "json"]);
+    assert_eq!(json(&out)["same"], true);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn model_to_policy_writes_a_reviewable_allowlist() {
+    let dir = scratch("model-policy");
+    let model = example("models/web.yaml");
+    let (code, yaml, err) = palisade(&["model", "to-policy", &model]);
+    assert_eq!(code, 0, "{err}");
+    let policy = palisade_agent::policy::Policy::parse(std::path::Path::new("web.yaml"), &yaml)
+        .unwrap_or_else(|err| panic!("{err}\n{yaml}"));
+    assert_eq!(policy.metadata.name, "web");
+    assert_eq!(
+        policy.spec.mode,
+        palisade_agent::policy::Mode::DefenseInDepth
+    );
+    let lines: Vec<&str> = yaml.lines().collect();
+    let data = lines
+        .iter()
+        .position(|line| line.trim() == "- /data/")
+        .unwrap();
+    assert!(
+        lines[data - 1]
+            .trim_start()
+            .starts_with("# 10000 distinct files"),
+        "the collapsed pattern is explained:\n{yaml}"
+    );
+    assert!(yaml.contains("allowViolations: true"), "{yaml}");
+    assert!(yaml.contains("        - /bin/busybox\n"), "{yaml}");
+
+    let (code, out, err) = palisade(&["model", "to-policy", &model, "--output", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let from_json: palisade_agent::policy::Policy = serde_json::from_str(&out).unwrap();
+    assert_eq!(from_json, policy, "the same policy in both outputs");
+
+    // Not enforced yet: the agent says so instead of taking the allowlist for enforced.
+    let file = dir.join("web.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    let (code, _, err) = palisade(&["policy", "compile", file.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("spec.mode: DefenseInDepth is not enforced by this version of the agent yet"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }

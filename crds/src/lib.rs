@@ -11,8 +11,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use spec::{
-    Action, CapabilityRule, CustomRules, EnhanceProtect, ExecRule, FileRule, Mode, MountRule,
-    NetworkRule, OnFailure, Permission, PolicySpec, PortRange, Protocol, RuleModule, Target,
+    Action, AllowRules, BehaviorModeling, CapabilityRule, CustomRules, DefenseInDepth,
+    EnhanceProtect, ExecRule, FileAllow, FileRule, Mode, MountRule, NetworkAllow, NetworkRule,
+    OnFailure, Permission, PolicySpec, PortRange, Protocol, RuleModule, SocketAllow, Target,
     WorkloadKind,
 };
 pub use status::{ENFORCED, NodeStatus, PolicyStatus, READY};

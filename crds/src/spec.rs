@@ -10,23 +10,27 @@ use serde::{Deserialize, Serialize};
 
 use crate::rules::{Category, names_in};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[x_kube(
     validation = Rule::new("self.mode == 'EnhanceProtect' || !has(self.enhanceProtect)").message("enhanceProtect is only allowed with mode EnhanceProtect"),
     validation = Rule::new("(self.mode == 'BehaviorModeling') == has(self.behaviorModeling)").message("mode BehaviorModeling needs behaviorModeling (its duration), and only it takes one"),
+    validation = Rule::new("(self.mode == 'DefenseInDepth') == has(self.defenseInDepth)").message("mode DefenseInDepth needs defenseInDepth (what the target may do), and only it takes one"),
 )]
 pub struct PolicySpec {
     /// Who is protected. Required by the agent; `palisade run` protects its own fresh cgroup.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<Target>,
     pub mode: Mode,
     /// Only with `mode: EnhanceProtect`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enhance_protect: Option<EnhanceProtect>,
     /// Only with `mode: BehaviorModeling`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub behavior_modeling: Option<BehaviorModeling>,
+    /// Only with `mode: DefenseInDepth`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defense_in_depth: Option<DefenseInDepth>,
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub rule_modules: Vec<RuleModule>,
@@ -43,20 +47,20 @@ pub struct PolicySpec {
 pub struct Target {
     /// Local policy files: a cgroup v2 directory, absolute or relative to the cgroup2 mount.
     /// Covers its descendants.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup_path: Option<String>,
     /// Kubernetes: the kind of workload whose pods are protected.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<WorkloadKind>,
     /// Kubernetes: the names of the workloads of `kind` (in the policy's namespace).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub names: Option<Vec<String>>,
     /// Kubernetes: the labels of the pods protected.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,
     /// PalisadeClusterPolicy: the labels of the namespaces whose pods are protected (all
     /// namespaces when absent).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
 }
 
@@ -104,9 +108,10 @@ pub enum OnFailure {
 }
 
 /// What a target is protected with (vArmor's modes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum Mode {
     /// The programs watch the target; nothing is denied.
+    #[default]
     AlwaysAllow,
     /// The container runtimes' default hardening: kernel interfaces in /proc and /sys, every
     /// mount, and tracing processes outside the target.
@@ -116,6 +121,9 @@ pub enum Mode {
     /// Nothing is denied but by the rule modules' rules, while the kernel records what the
     /// target does, for `behaviorModeling.duration`; then the agent writes the model.
     BehaviorModeling,
+    /// An allowlist, as `palisade model to-policy` writes from a model: of the kinds of
+    /// operation `defenseInDepth.allow` lists, anything it does not allow is denied.
+    DefenseInDepth,
 }
 
 /// How long a workload is modeled.
@@ -129,6 +137,74 @@ pub struct BehaviorModeling {
     )]
     #[x_kube(validation = Rule::new("duration(self) >= duration('1s') && duration(self) <= duration('168h')").message("from 1s to 168h"))]
     pub duration: String,
+}
+
+/// What a DefenseInDepth target may do.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DefenseInDepth {
+    /// Nothing is denied: what would be is reported, once per distinct operation (a trial
+    /// period before enforcing).
+    #[serde(default)]
+    pub allow_violations: bool,
+    pub allow: AllowRules,
+}
+
+/// The files, programs, capabilities, peers, mounts and sockets a target may use.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AllowRules {
+    #[serde(default)]
+    pub files: Vec<FileAllow>,
+    /// Programs that may run (paths as in file rules).
+    #[serde(default)]
+    pub exec: Vec<String>,
+    /// Capabilities by name, as in capability rules.
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    #[serde(default)]
+    pub network: Vec<NetworkAllow>,
+    /// File system types that may be mounted.
+    #[serde(default)]
+    pub mount: Vec<String>,
+    #[serde(default)]
+    pub sockets: Vec<SocketAllow>,
+    /// UNIX stream sockets that may be connected to, by path (as in file rules; `@NAME` for an
+    /// abstract name).
+    #[serde(default)]
+    pub unix_sockets: Vec<String>,
+}
+
+/// Files matching `paths` (as in file rules) may be used with `permissions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileAllow {
+    #[schemars(length(min = 1))]
+    pub paths: Vec<String>,
+    #[schemars(length(min = 1))]
+    pub permissions: Vec<Permission>,
+}
+
+/// Outgoing connections and datagrams that may be made, as in network rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkAllow {
+    #[serde(default)]
+    pub addresses: Vec<String>,
+    #[serde(default)]
+    pub ports: Vec<PortRange>,
+    #[serde(default)]
+    pub protocols: Vec<Protocol>,
+}
+
+/// Sockets of a family (`unix`, `inet`, `inet6`, `netlink`, `packet`... or its number) that may
+/// be created, of the listed types (`stream`, `dgram`, `raw`, `seqpacket`...; all when empty).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SocketAllow {
+    pub family: String,
+    #[serde(default)]
+    pub types: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
@@ -269,7 +345,9 @@ pub struct CapabilityRule {
 
 /// `read`, `write` (every open for writing, and truncating, deleting, renaming, linking and
 /// changing the mode of the file), `append` (only opens with O_APPEND) and `exec`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum Permission {
     Read,

@@ -6,6 +6,8 @@
 //! duration is there is not modeled again when it is next enforced (the agent restarted, the
 //! policy file changed): remove the model, or change the duration, to model again.
 
+mod allowlist;
+mod diff;
 mod model;
 
 use std::{
@@ -16,12 +18,18 @@ use std::{
 
 use tracing::{info, warn};
 
+pub use allowlist::Allowlist;
+pub use diff::ModelDiff;
 use model::Recorded;
 #[cfg(test)]
 pub use model::file_record;
 pub use model::{BehaviorModel, ModelFileError};
 
-use crate::{bpf::EnforceError, policy::CompiledPolicy, targets::Enforce};
+use crate::{
+    bpf::EnforceError,
+    policy::{CompiledPolicy, PolicySpec},
+    targets::Enforce,
+};
 
 /// One policy's modeling of its target.
 struct Session {
@@ -80,6 +88,7 @@ impl Models {
         &mut self,
         subject: &str,
         target: &str,
+        spec: &PolicySpec,
         compiled: CompiledPolicy,
         enforcer: &mut impl Enforce,
     ) -> Result<CompiledPolicy, EnforceError> {
@@ -112,6 +121,7 @@ impl Models {
             header: BehaviorModel {
                 policy: compiled.name().to_owned(),
                 source: subject.to_owned(),
+                spec: spec.clone(),
                 target: target.to_owned(),
                 started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
                 duration_seconds: duration.as_secs(),

@@ -3,6 +3,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    fmt,
     net::Ipv6Addr,
     path::Path,
 };
@@ -11,6 +12,7 @@ use palisade_common::{
     HOOK_BPRM_CHECK, MODEL_CAPABILITY, MODEL_FILE, MODEL_MOUNT, MODEL_OPERATION, MODEL_OVERFLOW,
     MODEL_PEER, MODEL_SOCKET, ModelKey,
 };
+use palisade_crds::PolicySpec;
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -22,13 +24,15 @@ use crate::{
 /// (`DIR/`, all its files) in the model.
 pub const COLLAPSE_AFTER: usize = 32;
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BehaviorModel {
     /// The policy that modeled the workload.
     pub policy: String,
     /// Where the policy came from (its file).
     pub source: String,
+    /// The policy's spec, for `palisade model to-policy`: its target and rule modules.
+    pub spec: PolicySpec,
     /// What it modeled: the target cgroup.
     pub target: String,
     /// RFC 3339.
@@ -136,6 +140,114 @@ pub struct Operation {
     /// bpf: the command; ptrace_access_check: the mode; socket_setsockopt: level << 16 |
     /// option; userns_create: 0.
     pub arg: u32,
+}
+
+/// Names of address families (`socket(2)`'s first argument) models and policies write by name.
+const FAMILIES: &[(u32, &str)] = &[
+    (1, "unix"),
+    (2, "inet"),
+    (10, "inet6"),
+    (16, "netlink"),
+    (17, "packet"),
+    (38, "alg"),
+    (40, "vsock"),
+];
+
+/// Names of socket types.
+const SOCKET_TYPES: &[(u32, &str)] = &[
+    (1, "stream"),
+    (2, "dgram"),
+    (3, "raw"),
+    (4, "rdm"),
+    (5, "seqpacket"),
+    (6, "dccp"),
+    (10, "packet"),
+];
+
+fn named(names: &[(u32, &str)], number: u32) -> String {
+    names
+        .iter()
+        .find(|(known, _)| *known == number)
+        .map_or_else(|| number.to_string(), |(_, name)| (*name).to_owned())
+}
+
+/// An address family by name ("inet"), or by number where it has none here.
+pub fn family_name(family: u32) -> String {
+    named(FAMILIES, family)
+}
+
+/// A socket type by name ("stream"), or by number.
+pub fn socket_type_name(kind: u32) -> String {
+    named(SOCKET_TYPES, kind)
+}
+
+/// The name of IP protocol `number` where it has a common one.
+fn protocol_name(number: u32) -> String {
+    match number {
+        1 => "icmp".to_owned(),
+        6 => "tcp".to_owned(),
+        17 => "udp".to_owned(),
+        58 => "icmpv6".to_owned(),
+        number => format!("protocol {number}"),
+    }
+}
+
+impl fmt::Display for Executable {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(&self.path)
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl fmt::Display for Socket {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "{} {}",
+            family_name(self.family),
+            socket_type_name(self.kind)
+        )?;
+        if self.protocol != 0 {
+            write!(f, " ({})", protocol_name(self.protocol))?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let protocol = protocol_name(self.protocol);
+        if self.address.contains(':') {
+            write!(
+                f,
+                "[{}]:{} {protocol} ({})",
+                self.address, self.port, self.hook
+            )
+        } else {
+            write!(
+                f,
+                "{}:{} {protocol} ({})",
+                self.address, self.port, self.hook
+            )
+        }
+    }
+}
+
+impl fmt::Display for Mount {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{} ({})", self.fs_type, self.hook)
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{} {}", self.hook, self.arg)
+    }
 }
 
 /// Socket types are the low bits of the type argument; the others are flags.

@@ -2,6 +2,7 @@
 
 pub mod daemon;
 pub mod doctor;
+pub mod model;
 pub mod policy;
 pub mod rules;
 pub mod run;

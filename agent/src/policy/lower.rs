@@ -108,6 +108,27 @@ pub(super) fn modeling(
     }
 }
 
+/// DefenseInDepth policies are written (`palisade model to-policy`) and checked, but not yet
+/// enforced: rejected, so that no one takes an allowlist for enforced.
+pub(super) fn refuse_defense_in_depth(
+    source: &dyn Display,
+    policy: &Policy,
+) -> Result<(), PolicyError> {
+    match (policy.spec.mode, &policy.spec.defense_in_depth) {
+        (Mode::DefenseInDepth, _) => Err(PolicyError::new(
+            source,
+            "spec.mode",
+            "DefenseInDepth is not enforced by this version of the agent yet",
+        )),
+        (mode, Some(_)) => Err(PolicyError::new(
+            source,
+            "spec.defenseInDepth",
+            format!("only allowed with mode DefenseInDepth, not {mode:?}"),
+        )),
+        (_, None) => Ok(()),
+    }
+}
+
 /// Hours, minutes and seconds in that order, each optional ("90s", "15m", "1h30m"), from 1 s to
 /// a week: what the resource's pattern and validation rule accept.
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -190,7 +211,9 @@ fn listed_rules(
                 format!("only allowed with mode EnhanceProtect, not {mode:?}"),
             ));
         }
-        (Mode::AlwaysAllow | Mode::BehaviorModeling, None) => return Ok(Vec::new()),
+        (Mode::AlwaysAllow | Mode::BehaviorModeling | Mode::DefenseInDepth, None) => {
+            return Ok(Vec::new());
+        }
         (Mode::RuntimeDefault, None) => return Ok(vec![runtime_default()]),
     };
     let mut rules = Vec::new();
@@ -581,6 +604,23 @@ mod tests {
         assert_eq!(
             error("  mode: BehaviorModeling\n  behaviorModeling: {duration: 200h}\n"),
             "p.yaml: spec.behaviorModeling.duration: \"200h\": must be from 1s to 168h (a week)"
+        );
+    }
+
+    #[test]
+    fn defense_in_depth_is_checked_and_refused() {
+        let error = |spec: &str| parse(&with_spec(spec)).unwrap_err().to_string();
+        assert_eq!(
+            error("  mode: DefenseInDepth\n  defenseInDepth:\n    allow: {exec: [/bin/true]}\n"),
+            "p.yaml: spec.mode: DefenseInDepth is not enforced by this version of the agent yet"
+        );
+        assert_eq!(
+            error("  mode: AlwaysAllow\n  defenseInDepth: {allow: {}}\n"),
+            "p.yaml: spec.defenseInDepth: only allowed with mode DefenseInDepth, not AlwaysAllow"
+        );
+        assert!(
+            error("  mode: DefenseInDepth\n  defenseInDepth: {allow: {files: [{paths: [/a]}]}}\n")
+                .contains("missing field `permissions`")
         );
     }
 

@@ -3,7 +3,11 @@
 
 use std::{net::TcpListener, path::Path, process::Command};
 
-use palisade_agent::{behavior::BehaviorModel, targets::Cgroup};
+use palisade_agent::{
+    behavior::{Allowlist, BehaviorModel},
+    policy::{Permission, PortRange, Protocol},
+    targets::Cgroup,
+};
 use palisade_kernel_tests::{Kernel, binary, file};
 
 use super::{Agent, cleanup_agent, fresh_dir, observability::Scrape, wait_until};
@@ -164,6 +168,34 @@ fn a_modeled_workload_is_exactly_the_files_programs_and_peer_it_used() {
         "{model:#?}"
     );
     drop(listener);
+
+    // The policy it becomes allows that: the programs, the two files, the peer.
+    let policy = Allowlist::of(&model).policy;
+    assert_eq!(policy.spec.target, model.spec.target);
+    let allow = policy.spec.defense_in_depth.unwrap().allow;
+    assert_eq!(allow.exec, programs);
+    assert!(
+        allow
+            .files
+            .iter()
+            .any(|rule| rule.permissions == [Permission::Read]
+                && rule.paths.iter().any(|path| path == first)
+                && rule.paths.iter().any(|path| path == second)),
+        "{allow:#?}"
+    );
+    assert_eq!(allow.network.len(), 1, "{allow:#?}");
+    assert_eq!(
+        (
+            &allow.network[0].addresses[..],
+            &allow.network[0].ports[..],
+            &allow.network[0].protocols[..]
+        ),
+        (
+            &["127.0.0.1".to_owned()][..],
+            &[PortRange::Port(port)][..],
+            &[Protocol::Tcp][..]
+        )
+    );
 
     // Nothing is recorded once the model is written: the target runs on, left alone.
     run_in(&target, &format!("{probe} read {first}"));
