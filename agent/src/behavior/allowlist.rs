@@ -11,7 +11,6 @@ use palisade_crds::{
     API_VERSION, AllowRules, DefenseInDepth, FileAllow, Mode, NetworkAllow, Permission, PolicySpec,
     PortRange, Protocol, SocketAllow,
 };
-
 use serde::Serialize;
 
 use super::model::{BehaviorModel, FileUse, family_name, socket_type_name};

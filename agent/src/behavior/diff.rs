@@ -15,7 +15,7 @@ pub struct Changes<T> {
 }
 
 impl<T> Changes<T> {
-    fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.added.is_empty() && self.removed.is_empty()
     }
 }

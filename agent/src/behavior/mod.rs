@@ -23,7 +23,7 @@ pub use diff::ModelDiff;
 use model::Recorded;
 #[cfg(test)]
 pub use model::file_record;
-pub use model::{BehaviorModel, ModelFileError};
+pub use model::{BehaviorModel, Counted, ModelFileError};
 
 use crate::{
     bpf::EnforceError,

@@ -6,7 +6,7 @@ use std::{fmt::Display, io::Write, path::PathBuf};
 
 use clap::ValueEnum;
 
-use crate::behavior::{Allowlist, BehaviorModel, ModelDiff};
+use crate::behavior::{Allowlist, BehaviorModel, Counted, ModelDiff};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -81,18 +81,19 @@ pub fn run(command: ModelCommand, out: &mut impl Write) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A section: its title and count, then one line per item (or "none").
+/// A section: its title and count, then one line per thing done, with how many times (or
+/// "none").
 fn section<T: Display>(
     out: &mut impl Write,
     title: &str,
-    items: impl ExactSizeIterator<Item = (u64, T)>,
+    done: &[Counted<T>],
 ) -> std::io::Result<()> {
-    if items.len() == 0 {
+    if done.is_empty() {
         return writeln!(out, "{title}: none");
     }
-    writeln!(out, "{title} ({}):", items.len())?;
-    for (count, item) in items {
-        writeln!(out, "  {count:>8}  {item}")?;
+    writeln!(out, "{title} ({}):", done.len())?;
+    for Counted { what, count } in done {
+        writeln!(out, "  {count:>8}  {what}")?;
     }
     Ok(())
 }
@@ -135,32 +136,12 @@ fn show(model: &BehaviorModel, out: &mut impl Write) -> std::io::Result<()> {
         }
         writeln!(out, "{line}")?;
     }
-    section(
-        out,
-        "executables",
-        model.executables.iter().map(|c| (c.count, &c.what)),
-    )?;
-    section(
-        out,
-        "capabilities",
-        model.capabilities.iter().map(|c| (c.count, &c.what)),
-    )?;
-    section(
-        out,
-        "sockets",
-        model.sockets.iter().map(|c| (c.count, &c.what)),
-    )?;
-    section(out, "peers", model.peers.iter().map(|c| (c.count, &c.what)))?;
-    section(
-        out,
-        "mounts",
-        model.mounts.iter().map(|c| (c.count, &c.what)),
-    )?;
-    section(
-        out,
-        "other operations",
-        model.operations.iter().map(|c| (c.count, &c.what)),
-    )
+    section(out, "executables", &model.executables)?;
+    section(out, "capabilities", &model.capabilities)?;
+    section(out, "sockets", &model.sockets)?;
+    section(out, "peers", &model.peers)?;
+    section(out, "mounts", &model.mounts)?;
+    section(out, "other operations", &model.operations)
 }
 
 fn show_diff(diff: &ModelDiff, out: &mut impl Write) -> std::io::Result<()> {
@@ -168,7 +149,7 @@ fn show_diff(diff: &ModelDiff, out: &mut impl Write) -> std::io::Result<()> {
         return writeln!(out, "the models are the same (counts aside)");
     }
     let files = &diff.files;
-    if !files.added.is_empty() || !files.removed.is_empty() || !diff.file_permissions.is_empty() {
+    if !files.is_empty() || !diff.file_permissions.is_empty() {
         writeln!(out, "files:")?;
         for file in &files.added {
             writeln!(out, "  + {} ({})", file.path, file.permissions.join(","))?;
@@ -187,7 +168,7 @@ fn show_diff(diff: &ModelDiff, out: &mut impl Write) -> std::io::Result<()> {
         }
     }
     for (title, changes) in diff.categories() {
-        if changes.added.is_empty() && changes.removed.is_empty() {
+        if changes.is_empty() {
             continue;
         }
         writeln!(out, "{title}:")?;
