@@ -14,7 +14,7 @@ use palisade_crds::{
 use serde::Serialize;
 
 use super::model::{BehaviorModel, FileUse, family_name, socket_type_name};
-use crate::policy::{KIND, Metadata, Policy};
+use crate::policy::{KIND, Metadata, Policy, ip_protocol};
 
 /// The policy, and the comments its YAML carries.
 pub struct Allowlist {
@@ -27,13 +27,16 @@ pub struct Allowlist {
     left_out: Vec<String>,
 }
 
+/// The protocol network rules name IP protocol `number` by (ICMPv6 is ICMP to them).
 fn protocol(number: u32) -> Option<Protocol> {
-    match number {
-        6 => Some(Protocol::Tcp),
-        17 => Some(Protocol::Udp),
-        1 | 58 => Some(Protocol::Icmp),
-        _ => None,
-    }
+    let number = if number == libc::IPPROTO_ICMPV6 as u32 {
+        libc::IPPROTO_ICMP as u32
+    } else {
+        number
+    };
+    [Protocol::Tcp, Protocol::Udp, Protocol::Icmp]
+        .into_iter()
+        .find(|protocol| u32::from(ip_protocol(*protocol)) == number)
 }
 
 fn permission(name: &str) -> Option<Permission> {

@@ -211,11 +211,7 @@ impl Models {
     /// The agent stops: the models being recorded are written, incomplete (a restarted agent
     /// models their targets again).
     pub fn stop(&mut self, enforcer: &mut impl Enforce) {
-        for session in self.sessions.values_mut() {
-            if session.state == State::Recording {
-                session.state = State::Ending { complete: false };
-            }
-        }
+        self.end_unwanted(|_| false);
         self.collect(enforcer);
     }
 

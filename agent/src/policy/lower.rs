@@ -358,13 +358,18 @@ fn network_effect(
         protocols: rule
             .protocols
             .iter()
-            .map(|protocol| match protocol {
-                Protocol::Tcp => libc::IPPROTO_TCP as u8,
-                Protocol::Udp => libc::IPPROTO_UDP as u8,
-                Protocol::Icmp => libc::IPPROTO_ICMP as u8,
-            })
+            .map(|protocol| ip_protocol(*protocol))
             .collect(),
     })
+}
+
+/// The IP protocol number network rules mean by `protocol` (the kernel matches ICMPv6 as ICMP).
+pub fn ip_protocol(protocol: Protocol) -> u8 {
+    match protocol {
+        Protocol::Tcp => libc::IPPROTO_TCP as u8,
+        Protocol::Udp => libc::IPPROTO_UDP as u8,
+        Protocol::Icmp => libc::IPPROTO_ICMP as u8,
+    }
 }
 
 /// The effect of a mount rule found at `field`: every mount, or mounts of the types it lists.

@@ -15,6 +15,7 @@ pub use catalog::{CAPABILITIES, Environment};
 pub use compile::{CompiledPolicy, Decider, RuleInfo, compile};
 pub use effect::AddressBlock;
 pub use encode::{MapEntries, NetworkEntry, TrieEntry};
+pub use lower::ip_protocol;
 pub use model::{KIND, Metadata, Policy};
 pub use palisade_crds::{
     Action, CapabilityRule, CustomRules, EnhanceProtect, ExecRule, FileRule, Mode, MountRule,
