@@ -253,6 +253,14 @@ struct palisade_config {
 	__u32 reserved;
 };
 
+/* The global `gate`: whether `config` has any level in target_levels (targeted) and in
+ * enforced_levels (enforced), 1 or 0 each, so that the programs answer "nothing to do" with one
+ * load. Its initial value, 1 and 1, sends them to `config`. */
+struct palisade_gate {
+	__u32 targeted;
+	__u32 enforced;
+};
+
 /* Key of the per-CPU `rule_counts` hash map: the decisions one rule of one policy made in one
  * hook, by action (PALISADE_ACTION_DENY, or PALISADE_ACTION_AUDIT for allowed and reported). */
 struct palisade_rule_key {

@@ -187,27 +187,30 @@ static __always_inline void stat_inc(__u32 index)
 		__sync_fetch_and_add(count, 1);
 }
 
+/*
+ * Global data, a one-entry array map the programs address directly: reading it needs no lookup,
+ * no null check and no stack. The loader writes this initial value also into a pinned copy it
+ * adopts, so an agent restarting sends the programs to `config` until it publishes the gate.
+ */
+struct palisade_gate gate SEC(".data.gate") = { .targeted = 1, .enforced = 1 };
+
 /* Whether no cgroup is a target, nor staged to become one. */
 static __always_inline int nothing_targeted(void)
 {
-	__u32 zero = 0;
-	struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
-	return !cfg || !cfg->target_levels;
+	return !*(volatile __u32 *)&gate.targeted;
 }
 
 /* Whether every target and stage, if any, is in AlwaysAllow: then no hook decides anything. */
 static __always_inline int nothing_enforced(void)
 {
-	__u32 zero = 0;
-	struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
-	return !cfg || !cfg->enforced_levels;
+	return !*(volatile __u32 *)&gate.enforced;
 }
 
 /*
  * An LSM program, declared as with BPF_PROG (the hook's arguments, then `ret`, the answer of the
  * LSMs before this one), that has nothing to do while `idle()`: it then answers `ret` after one
- * array load. Its body is a function of its own, so that this path sets up no stack and saves no
- * register.
+ * load of the gate. Its body is a function of its own, so that this path sets up no stack and
+ * saves no register.
  */
 #define GATED_HOOK(idle, name, args...)                                                            \
 	name(unsigned long long *ctx);                                                             \

@@ -9,7 +9,7 @@ use std::{
 };
 
 use aya::maps::{Array, MapData, MapError, RingBuf};
-use palisade_common::Config;
+use palisade_common::{Config, Gate};
 use tracing::{info, warn};
 
 use super::{
@@ -49,6 +49,8 @@ pub struct Enforcer {
     config_map: Array<MapData, Config>,
     /// What `config_map` holds.
     config: Config,
+    /// Whether `config` has levels, for the programs' first test.
+    gate: Array<MapData, Gate>,
     table: TargetTable,
     store: PolicyStore,
     counters: Counters,
@@ -86,6 +88,7 @@ impl Enforcer {
         let (programs, maps) = Programs::load(pinned, sizes)?;
         let Maps {
             config,
+            gate,
             targets,
             pending,
             protected_inodes,
@@ -125,6 +128,7 @@ impl Enforcer {
                 enforced_levels: adopted_levels.enforced,
                 ..Config::default()
             },
+            gate,
             table: TargetTable::new(targets, pending, adopted_levels),
             store: PolicyStore::new(
                 PolicyMaps {
@@ -520,8 +524,15 @@ impl Enforcer {
         self.publish_config()
     }
 
+    /// Writes `config`, then the gate that lets the programs read it. Either order is safe: with
+    /// the gate up and no levels in `config` the programs find no target, as with it down.
     fn publish_config(&mut self) -> Result<(), MapError> {
-        self.config_map.set(0, self.config, 0)
+        self.config_map.set(0, self.config, 0)?;
+        let gate = Gate {
+            targeted: (self.config.target_levels != 0).into(),
+            enforced: (self.config.enforced_levels != 0).into(),
+        };
+        self.gate.set(0, gate, 0)
     }
 }
 

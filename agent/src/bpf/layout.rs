@@ -13,7 +13,7 @@ use aya::{
     },
 };
 use palisade_common::{
-    CGROUP_NAME_LEN, Config, GlobKey, GlobRule, HookCost, InodeKey, KEY_PATH_LEN, ModelKey,
+    CGROUP_NAME_LEN, Config, Gate, GlobKey, GlobRule, HookCost, InodeKey, KEY_PATH_LEN, ModelKey,
     MountTypeKey, NETWORK_FIXED_BITS, NetworkKeyData, PathVerdict, PendingKey, Policy, RuleCount,
     RuleKey, SocketKey, TRIE_FIXED_BITS, Target, TriePath, Verdict,
 };
@@ -22,10 +22,14 @@ use serde::Serialize;
 use super::LoadError;
 use crate::policy::NetworkEntry;
 
-/// Declares the maps: those the agent opens, each a field of `Maps` named like the map, and
-/// those only the programs use; `MAPS` names them all (the agent pins every one).
+/// Declares the maps: those the agent opens, each a field of `Maps` named like the map (or, for
+/// a global data section, with the section's name after `in`), and those only the programs use;
+/// `MAPS` names them all (the agent pins every one).
 macro_rules! maps {
-    (opened { $($name:ident: $type:ty,)* } kernel_only { $($kernel_only:ident,)* }) => {
+    (
+        opened { $($name:ident $(in $section:literal)?: $type:ty,)* }
+        kernel_only { $($kernel_only:ident,)* }
+    ) => {
         /// The maps the agent reads and writes, taken out of the loaded object.
         pub(crate) struct Maps {
             $(pub $name: $type,)*
@@ -35,29 +39,40 @@ macro_rules! maps {
             pub fn take(ebpf: &mut Ebpf) -> Result<Self, LoadError> {
                 Ok(Self {
                     $($name: ebpf
-                        .take_map(stringify!($name))
+                        .take_map(map_name!($name $($section)?))
                         .and_then(|map| <$type>::try_from(map).ok())
-                        .ok_or(LoadError::Map(stringify!($name)))?,)*
+                        .ok_or(LoadError::Map(map_name!($name $($section)?)))?,)*
                 })
             }
         }
 
         pub(crate) const MAPS: &[&str] = &[
-            $(stringify!($name),)*
+            $(map_name!($name $($section)?),)*
             $(stringify!($kernel_only),)*
         ];
 
         /// The key and value sizes of the maps the agent opens, by their Rust types.
         #[cfg(test)]
         const OPENED: &[(&str, (usize, usize))] = &[
-            $((stringify!($name), <$type as tests::Entries>::SIZES),)*
+            $((map_name!($name $($section)?), <$type as tests::Entries>::SIZES),)*
         ];
+    };
+}
+
+/// The object's name of a map: its own, or its global data section's.
+macro_rules! map_name {
+    ($name:ident) => {
+        stringify!($name)
+    };
+    ($name:ident $section:literal) => {
+        $section
     };
 }
 
 maps! {
     opened {
         config: Array<MapData, Config>,
+        gate in ".data.gate": Array<MapData, Gate>,
         targets: HashMap<MapData, u64, Target>,
         pending: HashMap<MapData, PendingKey, Target>,
         protected_inodes: HashMap<MapData, InodeKey, u32>,
@@ -271,7 +286,6 @@ mod tests {
         let defined: BTreeMap<&str, (usize, usize)> = object
             .maps
             .iter()
-            .filter(|(name, _)| !name.starts_with('.'))
             .map(|(name, map)| {
                 let sizes = (map.key_size() as usize, map.value_size() as usize);
                 (name.as_str(), sizes)

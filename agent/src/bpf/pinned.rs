@@ -43,8 +43,11 @@ impl PinnedState {
         self.root.join(&self.version)
     }
 
+    /// Where the map `name` is pinned; a global data section's map (`.data.gate`) under its name
+    /// without dots (`data_gate`), as bpffs refuses names with a dot.
     pub fn map(&self, name: &str) -> PathBuf {
-        self.dir().join("maps").join(name)
+        let file = name.trim_start_matches('.').replace('.', "_");
+        self.dir().join("maps").join(file)
     }
 
     pub fn link(&self, program: &str) -> PathBuf {
@@ -58,14 +61,17 @@ impl PinnedState {
 
     /// What in the maps pinned for this version is not what the object defines (type, key and
     /// value sizes, flags) or `sizes` sizes (entries), if anything. The version, a digest of the
-    /// object, fixes the layout: a mismatch is a change of sizes, a pin replaced, or corrupted
-    /// state.
+    /// object, fixes the layout: a mismatch is a change of sizes, a pin replaced or removed, or
+    /// corrupted state. (Maps are pinned before links: attached programs whose map is not pinned
+    /// read one this agent could not write.)
     pub fn mismatch(&self, maps: &[&str], sizes: &MapSizes) -> Option<String> {
         let object = aya_obj::Object::parse(OBJECT).expect("the embedded object parses");
+        let attached = std::fs::read_dir(self.dir().join("links"))
+            .is_ok_and(|mut links| links.next().is_some());
         maps.iter().find_map(|name| {
             let path = self.map(name);
             if !path.exists() {
-                return None;
+                return attached.then(|| format!("{name} is not pinned, its programs are"));
             }
             let Some(defined) = object.maps.get(*name) else {
                 return Some(format!("{name} is not a map of this build"));
@@ -152,16 +158,26 @@ mod tests {
             state.map("targets"),
             root.join(&state.version).join("maps/targets")
         );
+        assert_eq!(
+            state.map(".data.gate"),
+            root.join(&state.version).join("maps/data_gate")
+        );
         assert_eq!(state.others().unwrap(), Vec::<PathBuf>::new());
         std::fs::create_dir_all(state.dir().join("links")).unwrap();
         std::fs::create_dir_all(root.join("v-older")).unwrap();
         assert_eq!(state.others().unwrap(), [root.join("v-older")]);
         assert!(!state.links_complete(&["file_open"]));
-        std::fs::write(state.link("file_open"), "").unwrap();
-        assert!(state.links_complete(&["file_open"]));
-        // Maps not pinned yet are no mismatch; a pin that is not the map defined is.
+        // Maps not pinned yet are no mismatch, unless programs are attached; a pin that is not
+        // the map defined is.
         let sizes = MapSizes::default();
         assert_eq!(state.mismatch(crate::bpf::MAPS, &sizes), None);
+        std::fs::write(state.link("file_open"), "").unwrap();
+        assert!(state.links_complete(&["file_open"]));
+        assert_eq!(
+            state.mismatch(crate::bpf::MAPS, &sizes).as_deref(),
+            Some("config is not pinned, its programs are")
+        );
+        std::fs::remove_file(state.link("file_open")).unwrap();
         std::fs::create_dir_all(state.dir().join("maps")).unwrap();
         std::fs::write(state.map("targets"), "").unwrap();
         let mismatch = state

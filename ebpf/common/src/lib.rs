@@ -29,6 +29,7 @@ mod user {
     unsafe impl aya::Pod for GlobKey {}
     unsafe impl aya::Pod for GlobRule {}
     unsafe impl aya::Pod for Config {}
+    unsafe impl aya::Pod for Gate {}
     unsafe impl aya::Pod for Policy {}
     unsafe impl aya::Pod for MountTypeKey {}
     unsafe impl aya::Pod for SocketKey {}
