@@ -12,7 +12,7 @@ use std::{
 use tracing::error;
 
 use crate::{
-    behavior::Models,
+    behavior::{ModelDir, Models},
     metrics::Metrics,
     policy::{CompiledPolicy, Environment, Policy, PolicyError, Target},
     rules::RuleHost,
@@ -39,7 +39,7 @@ pub struct PolicyDir {
     metrics: Arc<Metrics>,
     /// Changes older than this were made before the agent watched: no apply latency for them.
     started: SystemTime,
-    models: Models,
+    models: Models<ModelDir>,
 }
 
 fn is_policy_file(path: &Path) -> bool {
@@ -78,7 +78,7 @@ impl PolicyDir {
         cgroups: Hierarchy,
         rule_host: RuleHost,
         metrics: Arc<Metrics>,
-        models: Models,
+        models: Models<ModelDir>,
     ) -> Self {
         Self {
             dir,
@@ -331,7 +331,7 @@ mod tests {
     fn policy_dir(base: &Path) -> PolicyDir {
         let cgroups = Hierarchy::at(base.join("cgroup"), Path::new("/"));
         let host = RuleHost::new(None).unwrap();
-        let models = Models::new(base.join("models"));
+        let models = Models::new(ModelDir(base.join("models")));
         PolicyDir::new(base.join("policies"), cgroups, host, Arc::default(), models)
     }
 

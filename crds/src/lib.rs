@@ -1,7 +1,10 @@
 //! Palisade's policy model: the spec shared by local policy files and the custom resources
 //! `PalisadePolicy` (namespaced) and `PalisadeClusterPolicy` of group `palisade.dev`, their
-//! status, and the names of the built-in rules. `crdgen` prints the CustomResourceDefinitions.
+//! status, the names of the built-in rules, and the behaviour models agents write
+//! (`PalisadeBehaviorModel`, `PalisadeClusterBehaviorModel`). `crdgen` prints the
+//! CustomResourceDefinitions.
 
+mod model;
 pub mod rules;
 mod spec;
 mod status;
@@ -10,13 +13,17 @@ use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use model::{
+    MODEL_NODE_LABEL, MODEL_POLICY_LABEL, PalisadeBehaviorModel, PalisadeBehaviorModelSpec,
+    PalisadeClusterBehaviorModel, PalisadeClusterBehaviorModelSpec,
+};
 pub use spec::{
     Action, AllowRules, BehaviorModeling, CapabilityRule, CustomRules, DefenseInDepth,
     EnhanceProtect, ExecRule, FileAllow, FileRule, Mode, MountRule, NetworkAllow, NetworkRule,
     OnFailure, Permission, PolicySpec, PortRange, Protocol, RuleModule, SocketAllow, Target,
     WorkloadKind,
 };
-pub use status::{ENFORCED, NodeStatus, PolicyStatus, READY};
+pub use status::{ENFORCED, ModelState, NodeModel, NodeStatus, PolicyStatus, READY};
 
 pub const GROUP: &str = "palisade.dev";
 pub const VERSION: &str = "v1alpha1";
@@ -66,17 +73,22 @@ pub struct PalisadeClusterPolicySpec(pub PolicySpec);
 /// installs them.
 pub const CRDS_FILE: &str = "charts/palisade/crds/palisade.dev.yaml";
 
-/// The CustomResourceDefinitions of both kinds, as one YAML stream.
+/// The CustomResourceDefinitions of every kind, as one YAML stream.
 pub fn crds_yaml() -> String {
-    [PalisadePolicy::crd(), PalisadeClusterPolicy::crd()]
-        .iter()
-        .map(|crd| {
-            format!(
-                "---\n{}",
-                serde_yaml::to_string(crd).expect("a CRD serializes")
-            )
-        })
-        .collect()
+    [
+        PalisadePolicy::crd(),
+        PalisadeClusterPolicy::crd(),
+        PalisadeBehaviorModel::crd(),
+        PalisadeClusterBehaviorModel::crd(),
+    ]
+    .iter()
+    .map(|crd| {
+        format!(
+            "---\n{}",
+            serde_yaml::to_string(crd).expect("a CRD serializes")
+        )
+    })
+    .collect()
 }
 
 #[cfg(test)]

@@ -408,7 +408,7 @@ fn any_rules(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// A module's configuration: any JSON object, checked by the module.
-fn any_object(_: &mut SchemaGenerator) -> Schema {
+pub(crate) fn any_object(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true,

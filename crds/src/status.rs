@@ -4,6 +4,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::KubeSchema;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// `Ready`: the policy compiled (a reason says why not). `Enforced`: no node failed to enforce
@@ -39,4 +40,27 @@ pub struct NodeStatus {
     /// Why the failed pods are not protected (the first error).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// In BehaviorModeling: the model of the policy's pods on this node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<NodeModel>,
+}
+
+/// A behaviour model a node's agent records or wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeModel {
+    /// The PalisadeBehaviorModel (PalisadeClusterBehaviorModel for a cluster policy), in the
+    /// policy's namespace.
+    pub name: String,
+    pub state: ModelState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum ModelState {
+    /// The pods' behaviour is being recorded: the model is written when the duration ends.
+    Recording,
+    /// The model covers the whole duration.
+    Complete,
+    /// The model was cut short (the policy changed, or the agent stopped); it is recorded again.
+    Incomplete,
 }

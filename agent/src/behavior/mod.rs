@@ -2,9 +2,10 @@
 //! targets do (ebpf/programs/model.h); each reconcile pass takes the records out and adds them
 //! up here. When the duration ends, the policy is enforced without recording and, one pass
 //! later (the programs that read the recording version have long finished), the model is
-//! written to the models directory as `POLICY.yaml`. A policy whose complete model of the same
-//! duration is there is not modeled again when it is next enforced (the agent restarted, the
-//! policy file changed): remove the model, or change the duration, to model again.
+//! stored: as `POLICY.yaml` in the models directory for a policy file, as a
+//! PalisadeBehaviorModel object in Kubernetes (crate::k8s). A policy whose complete model of the
+//! same duration is stored is not modeled again when it is next enforced (the agent restarted,
+//! the policy changed): remove the model, or change the duration, to model again.
 
 mod allowlist;
 mod diff;
@@ -21,9 +22,9 @@ use tracing::{info, warn};
 pub use allowlist::Allowlist;
 pub use diff::ModelDiff;
 use model::Recorded;
-#[cfg(test)]
+#[cfg(any(test, feature = "fake-kernel"))]
 pub use model::file_record;
-pub use model::{BehaviorModel, Counted, ModelFileError};
+pub use model::{BehaviorModel, Counted, FileUse, ModelFileError, collapse};
 
 use crate::{
     bpf::EnforceError,
@@ -50,26 +51,75 @@ enum State {
     Ending { complete: bool },
 }
 
-/// The modeling sessions of one policy source, by subject (a policy file).
-pub struct Models {
-    dir: PathBuf,
+/// Where ended models go.
+pub trait ModelStore {
+    /// Whether a complete model of `policy` over `duration` is stored.
+    fn has_complete(&self, policy: &str, duration: Duration) -> bool;
+    /// Stores an ended model, or says why it cannot.
+    fn store(&mut self, model: &BehaviorModel);
+}
+
+/// The models of policy files: `DIR/POLICY.yaml` (the directory made when the first is written).
+pub struct ModelDir(pub PathBuf);
+
+impl ModelDir {
+    fn file(&self, policy: &str) -> PathBuf {
+        self.0.join(format!("{policy}.yaml"))
+    }
+}
+
+impl ModelStore for ModelDir {
+    fn has_complete(&self, policy: &str, duration: Duration) -> bool {
+        BehaviorModel::load(&self.file(policy))
+            .is_ok_and(|model| model.complete && model.duration_seconds == duration.as_secs())
+    }
+
+    fn store(&mut self, model: &BehaviorModel) {
+        let path = self.file(&model.policy);
+        let written = std::fs::create_dir_all(&self.0)
+            .map_err(|source| ModelFileError::Io {
+                path: self.0.display().to_string(),
+                source,
+            })
+            .and_then(|()| model.save(&path));
+        match written {
+            Ok(()) => info!(
+                policy = %model.policy,
+                model = %path.display(),
+                complete = model.complete,
+                files = model.files.len(),
+                lost = model.lost,
+                "behaviour model written"
+            ),
+            Err(err) => warn!(policy = %model.policy, "the behaviour model is lost: {err}"),
+        }
+    }
+}
+
+/// The modeling sessions of one policy source, by subject (a policy file, or a policy object),
+/// and where their models go.
+pub struct Models<S> {
+    store: S,
     sessions: HashMap<String, Session>,
     /// Sessions a new one replaced for their subject, to be written at the next pass.
     replaced: Vec<Session>,
 }
 
-impl Models {
-    /// Models are written to `dir` (created when the first is written).
-    pub fn new(dir: PathBuf) -> Self {
+impl<S: ModelStore> Models<S> {
+    pub fn new(store: S) -> Self {
         Self {
-            dir,
+            store,
             sessions: HashMap::new(),
             replaced: Vec::new(),
         }
     }
 
-    fn file(&self, policy: &str) -> PathBuf {
-        self.dir.join(format!("{policy}.yaml"))
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn store_mut(&mut self) -> &mut S {
+        &mut self.store
     }
 
     /// The model `subject`'s policy records into, while it records.
@@ -106,7 +156,7 @@ impl Models {
             });
         }
         self.end(subject);
-        if self.complete_model(compiled.name(), duration) {
+        if self.store.has_complete(compiled.name(), duration) {
             return Ok(compiled);
         }
         let model_id = enforcer.open_model()?;
@@ -134,12 +184,6 @@ impl Models {
         };
         self.sessions.insert(subject.to_owned(), session);
         Ok(compiled.recording_into(model_id))
-    }
-
-    /// Whether the models directory has a complete model of `policy` over `duration`.
-    fn complete_model(&self, policy: &str, duration: Duration) -> bool {
-        BehaviorModel::load(&self.file(policy))
-            .is_ok_and(|model| model.complete && model.duration_seconds == duration.as_secs())
     }
 
     /// Ends `subject`'s modeling early, if it is recording: its policy left the mode, changed
@@ -215,26 +259,9 @@ impl Models {
         self.collect(enforcer);
     }
 
-    /// Writes an ended session's model and closes the model in the kernel.
-    fn write(&self, model_id: u32, model: &BehaviorModel, enforcer: &mut impl Enforce) {
-        let path = self.file(&model.policy);
-        let written = std::fs::create_dir_all(&self.dir)
-            .map_err(|source| ModelFileError::Io {
-                path: self.dir.display().to_string(),
-                source,
-            })
-            .and_then(|()| model.save(&path));
-        match written {
-            Ok(()) => info!(
-                policy = %model.policy,
-                model = %path.display(),
-                complete = model.complete,
-                files = model.files.len(),
-                lost = model.lost,
-                "behaviour model written"
-            ),
-            Err(err) => warn!(policy = %model.policy, "the behaviour model is lost: {err}"),
-        }
+    /// Stores an ended session's model and closes the model in the kernel.
+    fn write(&mut self, model_id: u32, model: &BehaviorModel, enforcer: &mut impl Enforce) {
+        self.store.store(model);
         if let Err(err) = enforcer.close_model(model_id) {
             warn!(
                 model_id,

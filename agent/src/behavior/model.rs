@@ -356,7 +356,7 @@ impl Recorded {
             .collect();
         BehaviorModel {
             lost: self.lost,
-            files: collapse(files),
+            files: collapse(files, COLLAPSE_AFTER),
             executables: counted(self.executables),
             capabilities: self
                 .capabilities
@@ -384,9 +384,9 @@ fn directory(path: &str) -> Option<&str> {
     path.rfind('/').map(|at| &path[..=at])
 }
 
-/// Replaces the files of a directory that has more than COLLAPSE_AFTER of them with the same
+/// Replaces the files of a directory that has more than `after` of them with the same
 /// permissions by one entry for the directory's files (`DIR/`), which says so.
-pub fn collapse(files: Vec<FileUse>) -> Vec<FileUse> {
+pub fn collapse(files: Vec<FileUse>, after: usize) -> Vec<FileUse> {
     let mut groups: BTreeMap<(String, Vec<String>), Vec<FileUse>> = BTreeMap::new();
     let mut kept = Vec::new();
     for file in files {
@@ -399,7 +399,7 @@ pub fn collapse(files: Vec<FileUse>) -> Vec<FileUse> {
         }
     }
     for ((dir, permissions), group) in groups {
-        if group.len() <= COLLAPSE_AFTER {
+        if group.len() <= after {
             kept.extend(group);
             continue;
         }
@@ -412,7 +412,7 @@ pub fn collapse(files: Vec<FileUse>) -> Vec<FileUse> {
             collapsed: Some(Collapsed {
                 files: group.len(),
                 rule: format!(
-                    "more than {COLLAPSE_AFTER} files of {dir} with the same permissions: its \
+                    "more than {after} files of {dir} with the same permissions: its \
                      files, any of them"
                 ),
             }),
@@ -452,20 +452,30 @@ impl BehaviorModel {
         std::fs::rename(&partial, path).map_err(io)
     }
 
+    /// Reads a model file, or a model object (`kubectl get palisadebehaviormodel NAME -o yaml`):
+    /// its spec is the model.
     pub fn load(path: &Path) -> Result<Self, ModelFileError> {
         let text = std::fs::read_to_string(path).map_err(|source| ModelFileError::Io {
             path: path.display().to_string(),
             source,
         })?;
-        serde_yaml::from_str(&text).map_err(|source| ModelFileError::Format {
+        let format = |source| ModelFileError::Format {
             path: path.display().to_string(),
             source,
-        })
+        };
+        let mut document: serde_yaml::Value = serde_yaml::from_str(&text).map_err(format)?;
+        if document.get("kind").is_some() {
+            document = document
+                .get_mut("spec")
+                .map(std::mem::take)
+                .unwrap_or_default();
+        }
+        serde_yaml::from_value(document).map_err(format)
     }
 }
 
 /// The record of `perms` asked of the file at `path` in `hook`, as the kernel makes it.
-#[cfg(test)]
+#[cfg(any(test, feature = "fake-kernel"))]
 pub fn file_record(model_id: u32, hook: u32, path: &str, perms: u32) -> ModelKey {
     let mut key = ModelKey {
         model_id,
@@ -646,6 +656,15 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("web.yaml");
         model.save(&path).unwrap();
+        assert_eq!(BehaviorModel::load(&path).unwrap(), model);
+        // As the agent stores it in Kubernetes.
+        let object = serde_json::json!({
+            "apiVersion": "palisade.dev/v1alpha1",
+            "kind": "PalisadeBehaviorModel",
+            "metadata": {"name": "web.node-1", "namespace": "shop"},
+            "spec": model,
+        });
+        std::fs::write(&path, serde_yaml::to_string(&object).unwrap()).unwrap();
         assert_eq!(BehaviorModel::load(&path).unwrap(), model);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -22,7 +22,7 @@ use tracing::{info, warn};
 
 use super::session::{Session, json_sink};
 use crate::{
-    behavior::Models,
+    behavior::{ModelDir, Models},
     bpf::{AuditRate, Enforcer, MapSizes, PinnedState},
     events::{Deciding, FalcoSink, JsonLines, Rotation, Sink},
     files::{Change, PolicyDir},
@@ -127,7 +127,8 @@ pub struct AgentArgs {
     #[arg(long, value_name = "ENTRIES", default_value_t = MapSizes::default().path_entries,
         value_parser = clap::value_parser!(u32).range(1..=1 << 22))]
     pub max_path_entries: u32,
-    /// Where the models of BehaviorModeling policies are written (POLICY.yaml).
+    /// Where the models of BehaviorModeling policy files are written (POLICY.yaml); in
+    /// Kubernetes they are PalisadeBehaviorModel objects.
     #[arg(long, value_name = "DIR", default_value = "/var/lib/palisade/models")]
     pub models_dir: PathBuf,
     /// Distinct things modeled targets may do between two reads of the agent (every 2 s); more
@@ -165,6 +166,10 @@ impl AgentArgs {
 }
 
 /// Where policies come from.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per agent, never moved after its start"
+)]
 enum Source {
     Dir {
         policies: PolicyDir,
@@ -198,6 +203,14 @@ impl Source {
         match self {
             Source::Dir { policies, .. } => policies.all_enforced(),
             Source::Kubernetes(cluster) => cluster.all_enforced(),
+        }
+    }
+
+    /// The agent stops: the models being recorded are stored as they are.
+    async fn stop_modeling(self, enforcer: &mut impl Enforce) {
+        match self {
+            Source::Dir { mut policies, .. } => policies.stop_modeling(enforcer),
+            Source::Kubernetes(cluster) => cluster.stop_modeling(enforcer).await,
         }
     }
 }
@@ -338,7 +351,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                     cgroups,
                     rule_host,
                     metrics,
-                    Models::new(args.models_dir.clone()),
+                    Models::new(ModelDir(args.models_dir.clone())),
                 ),
                 completed,
             }
@@ -434,9 +447,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if let Source::Dir { policies, .. } = &mut source {
-        policies.stop_modeling(&mut session.enforcer);
-    }
+    source.stop_modeling(&mut session.enforcer).await;
     session.enforcer.retire_released();
     server.abort();
     drop(dir_watcher);

@@ -3,8 +3,10 @@
 //! pods (`spec.nodeName`) and the namespaces' labels in memory; every change (to a policy, a new
 //! generation of its spec) asks for a reconcile, which resolves each selected pod to its cgroup
 //! and installs its policy (arming cgroups the kubelet has not created yet), and reports on each
-//! policy in its status.
+//! policy in its status. The pods of BehaviorModeling policies are modeled into
+//! PalisadeBehaviorModel objects (model.rs).
 
+mod model;
 mod owner;
 mod reconcile;
 mod select;
@@ -33,12 +35,22 @@ use kube::{
         watcher,
     },
 };
-use palisade_crds::{PalisadeClusterPolicy, PalisadePolicy};
+use palisade_crds::{
+    MODEL_NODE_LABEL, PalisadeBehaviorModel, PalisadeClusterBehaviorModel, PalisadeClusterPolicy,
+    PalisadePolicy,
+};
 use serde::de::DeserializeOwned;
-use tokio::sync::{mpsc, watch};
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinHandle,
+};
 use tracing::{error, info, warn};
 
-use crate::{metrics::Metrics, targets::Enforce};
+use self::model::{ClusterModels, ModelWriter};
+use crate::{behavior::Models, metrics::Metrics, targets::Enforce};
+
+/// How long a stopping agent waits for its last models to be written.
+const MODEL_WRITE_GRACE: Duration = Duration::from_secs(5);
 
 /// The policies and pods of the cluster, as far as this node is concerned.
 pub struct Cluster {
@@ -47,6 +59,8 @@ pub struct Cluster {
     cluster_policies: Store<PalisadeClusterPolicy>,
     pods: Store<Pod>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
+    models: Models<ClusterModels>,
+    model_writer: JoinHandle<()>,
     observations: watch::Sender<Vec<Observed>>,
     metrics: Arc<Metrics>,
     /// When the oldest watch event not reconciled yet arrived.
@@ -54,8 +68,8 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// Starts the reflectors (each change `Watching` names sent on `changed`) and the status
-    /// writer; returns once every reflector has its first full list.
+    /// Starts the reflectors (each change `Watching` names sent on `changed`), the status writer
+    /// and the model writer; returns once every reflector has its first full list.
     pub async fn connect(
         client: Client,
         node: &str,
@@ -97,25 +111,60 @@ impl Cluster {
             .default_backoff(),
             "namespaces",
             Watching::Everything,
+            changed.clone(),
+            unreconciled.clone(),
+        );
+        // This node's models, to know which are complete.
+        let models_here =
+            || watcher::Config::default().labels(&format!("{MODEL_NODE_LABEL}={node}"));
+        let namespaced_models = reflect(
+            watcher(
+                Api::<PalisadeBehaviorModel>::all(client.clone()),
+                models_here(),
+            )
+            .default_backoff(),
+            "PalisadeBehaviorModel",
+            Watching::Nothing,
+            changed.clone(),
+            unreconciled.clone(),
+        );
+        let cluster_models = reflect(
+            watcher(
+                Api::<PalisadeClusterBehaviorModel>::all(client.clone()),
+                models_here(),
+            )
+            .default_backoff(),
+            "PalisadeClusterBehaviorModel",
+            Watching::Nothing,
             changed,
             unreconciled.clone(),
         );
         info!(
             node,
-            "waiting for the first list of policies, pods and namespaces"
+            "waiting for the first list of policies, pods, namespaces and models"
         );
         policies.wait_until_ready().await?;
         cluster_policies.wait_until_ready().await?;
         pods.wait_until_ready().await?;
         namespaces.wait_until_ready().await?;
+        namespaced_models.wait_until_ready().await?;
+        cluster_models.wait_until_ready().await?;
         let (observations, receiver) = watch::channel(Vec::new());
-        tokio::spawn(StatusWriter::new(client, node.to_owned(), status_interval).run(receiver));
+        tokio::spawn(
+            StatusWriter::new(client.clone(), node.to_owned(), status_interval).run(receiver),
+        );
+        let (writes, to_write) = mpsc::unbounded_channel();
+        let model_writer =
+            tokio::spawn(ModelWriter::new(client, node.to_owned(), status_interval).run(to_write));
+        let models = ClusterModels::new(node.to_owned(), namespaced_models, cluster_models, writes);
         Ok(Self {
             reconciler,
             policies,
             cluster_policies,
             pods,
             namespaces,
+            models: Models::new(models),
+            model_writer,
             observations,
             metrics,
             unreconciled,
@@ -154,7 +203,9 @@ impl Cluster {
         let since = self.unreconciled.lock().expect("not poisoned").take();
         let installs = self.reconciler.installs();
         let objects = self.objects();
-        let (reports, errors) = self.reconciler.reconcile(&objects, enforcer);
+        let (reports, errors) = self
+            .reconciler
+            .reconcile(&objects, &mut self.models, enforcer);
         if let Some(since) = since
             && self.reconciler.installs() > installs
         {
@@ -183,6 +234,23 @@ impl Cluster {
     pub fn all_enforced(&self) -> bool {
         self.reconciler.all_enforced()
     }
+
+    /// The agent stops: the models being recorded are written as they are (incomplete), for at
+    /// most MODEL_WRITE_GRACE.
+    pub async fn stop_modeling(mut self, enforcer: &mut impl Enforce) {
+        self.models.stop(enforcer);
+        // Closes the writer's channel: it returns once it tried what is left.
+        drop(self.models);
+        if tokio::time::timeout(MODEL_WRITE_GRACE, self.model_writer)
+            .await
+            .is_err()
+        {
+            warn!(
+                "behaviour models still unwritten after {} s: lost",
+                MODEL_WRITE_GRACE.as_secs()
+            );
+        }
+    }
 }
 
 /// Which changes to an object ask for a reconcile.
@@ -193,6 +261,8 @@ enum Watching {
     /// the agent of every node selecting pods writes, asks for none. The next reconcile (at the
     /// latest the resync) sees it.
     Generations,
+    /// None: the store is read when needed (this agent's own models).
+    Nothing,
 }
 
 /// Keeps a store of what `stream` sees, asking for a reconcile at every change `watching`
@@ -217,6 +287,7 @@ where
         let mut generations = HashMap::new();
         while let Some(event) = stream.next().await {
             match event {
+                Ok(_) if watching == Watching::Nothing => {}
                 Ok(event)
                     if watching == Watching::Generations
                         && !new_generation(&mut generations, &event) => {}

@@ -11,10 +11,11 @@ use std::{
 
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::ResourceExt;
-use palisade_crds::{PalisadeClusterPolicy, PalisadePolicy, PolicySpec, PolicyStatus};
+use palisade_crds::{NodeModel, PalisadeClusterPolicy, PalisadePolicy, PolicySpec, PolicyStatus};
 
-use super::select::selects;
+use super::{model::ClusterModels, select::selects};
 use crate::{
+    behavior::Models,
     policy::{CompiledPolicy, Environment, Policy},
     rules::RuleHost,
     targets::{
@@ -122,6 +123,8 @@ pub struct PolicyReport {
     pub first_error: Option<String>,
     /// The pods the policy selects here, for the events about a rejection.
     pub selected_pods: u32,
+    /// In BehaviorModeling: the model of its pods here.
+    pub model: Option<NodeModel>,
 }
 
 impl PolicyReport {
@@ -142,6 +145,8 @@ struct Compiled {
 struct PolicyVersion {
     policy: PolicyKey,
     generation: i64,
+    /// The model the kernel records the pod's behaviour into, while the policy models it.
+    model: Option<u32>,
 }
 
 /// What a pod should get.
@@ -234,23 +239,20 @@ impl Reconciler {
             &self.environment,
         )
         .map_err(|err| err.to_string())?;
-        if compiled.modeling().is_some() {
-            return Err(format!(
-                "{}: spec.mode: BehaviorModeling is not available in Kubernetes yet; model the \
-                 workload with a policy file (palisade agent --policy-dir)",
-                policy.key
-            ));
-        }
         Ok(Arc::new(compiled))
     }
 
-    /// Brings the kernel in line with `objects`. Returns a report for every policy, and the
+    /// Brings the kernel in line with `objects`, recording the behaviour of the pods of
+    /// BehaviorModeling policies into `models`. Returns a report for every policy, and the
     /// errors not logged before.
     pub fn reconcile(
         &mut self,
         objects: &Objects,
+        models: &mut Models<ClusterModels>,
         enforcer: &mut impl Enforce,
     ) -> (BTreeMap<PolicyKey, PolicyReport>, Vec<String>) {
+        models.collect(enforcer);
+        models.store_mut().track(&objects.policies);
         let mut reports: BTreeMap<PolicyKey, PolicyReport> = BTreeMap::new();
         self.compiled
             .retain(|key, _| objects.policies.iter().any(|policy| policy.key == *key));
@@ -279,9 +281,14 @@ impl Reconciler {
             );
         }
         let mut errors = BTreeMap::new();
-        let wanted = self.wanted(objects, &*enforcer, &mut reports, &mut errors);
+        let mut wanted = self.wanted(objects, &*enforcer, &mut reports, &mut errors);
+        record(&mut wanted, objects, models, enforcer, &mut errors);
         self.apply(wanted, enforcer, &mut reports, &mut errors);
         self.identify(objects);
+        for (key, report) in &mut reports {
+            let recording = models.recording(&key.to_string()).is_some();
+            report.model = models.store().report(key, recording);
+        }
         (reports, self.enforced.report(errors))
     }
 
@@ -349,23 +356,25 @@ impl Reconciler {
             // that state is not retired).
             let mut problem = None;
             let mut fallback = false;
+            // A version's model is set once `record` decides it.
+            let current = |policy: &PolicyObject| PolicyVersion {
+                policy: policy.key.clone(),
+                generation: policy.generation,
+                model: None,
+            };
             let installing = match &self.compiled[&chosen.key].result {
-                Ok(compiled) => Some((&chosen.key, chosen.generation, compiled)),
+                Ok(compiled) => Some((current(chosen), compiled)),
                 Err(_) => {
                     problem = Some(format!("{subject}: {} is rejected", chosen.key));
                     let mut compiled_candidates = candidates.iter().filter_map(|candidate| {
                         let compiled = self.compiled[&candidate.key].result.as_ref().ok()?;
-                        Some((&candidate.key, candidate.generation, compiled))
+                        Some((current(candidate), compiled))
                     });
                     match enforced {
                         Some(enforced) => Some(
                             compiled_candidates
-                                .find(|(policy, ..)| **policy == enforced.version.policy)
-                                .unwrap_or((
-                                    &enforced.version.policy,
-                                    enforced.version.generation,
-                                    &enforced.compiled,
-                                )),
+                                .find(|(version, _)| version.policy == enforced.version.policy)
+                                .unwrap_or((enforced.version.clone(), &enforced.compiled)),
                         ),
                         None => {
                             fallback = true;
@@ -375,23 +384,21 @@ impl Reconciler {
                 }
             };
             let mut protector = enforced.map(|enforced| enforced.version.policy.clone());
-            if let Some((policy, generation, compiled)) = installing {
+            if let Some((version, compiled)) = installing {
                 match pod_placement(&self.cgroups, driver, pod) {
                     Ok(placement) if fallback && placement.is_held(enforcer) => {}
                     Ok(placement) => {
-                        protector = Some(policy.clone());
+                        protector = Some(version.policy.clone());
                         let entry = Entry {
                             subject: subject.clone(),
-                            version: PolicyVersion {
-                                policy: policy.clone(),
-                                generation,
-                            },
+                            version,
                             compiled: compiled.clone(),
                             placement,
                         };
                         wanted.insert(uid.clone(), Wanted::Install(entry));
                     }
                     Err(reason) => {
+                        let policy = &version.policy;
                         problem.get_or_insert(format!("{subject} ({policy}): {reason}"));
                     }
                 }
@@ -466,6 +473,64 @@ impl Reconciler {
             }
         }
     }
+}
+
+/// Makes the pods of BehaviorModeling policies record into their policy's model (one per policy
+/// on this node, started with its first pod here), until the duration ends; ends the models of
+/// policies that left the mode, or select no pod here any more.
+fn record(
+    wanted: &mut HashMap<String, Wanted>,
+    objects: &Objects,
+    models: &mut Models<ClusterModels>,
+    enforcer: &mut impl Enforce,
+    errors: &mut BTreeMap<String, String>,
+) {
+    // The version to install of each modeling policy, by subject (its key, as text).
+    let mut prepared: HashMap<String, Arc<CompiledPolicy>> = HashMap::new();
+    for wanted in wanted.values_mut() {
+        let Wanted::Install(entry) = wanted else {
+            continue;
+        };
+        let version = &mut entry.version;
+        if entry.compiled.modeling().is_none() || version.model.is_some() {
+            continue; // Not modeling, or a recording version kept as it is.
+        }
+        let subject = version.policy.to_string();
+        let compiled = match prepared.get(&subject) {
+            Some(compiled) => compiled.clone(),
+            None => {
+                let Some(policy) = objects
+                    .policies
+                    .iter()
+                    .find(|policy| policy.key == version.policy)
+                else {
+                    continue;
+                };
+                let target = format!("the pods {} selects on this node", policy.key);
+                match models.prepare(
+                    &subject,
+                    &target,
+                    &policy.spec,
+                    (*entry.compiled).clone(),
+                    enforcer,
+                ) {
+                    Ok(compiled) => {
+                        let compiled = Arc::new(compiled);
+                        prepared.insert(subject, compiled.clone());
+                        compiled
+                    }
+                    Err(err) => {
+                        let error = format!("{subject}: cannot record its pods' behaviour: {err}");
+                        errors.insert(subject, error);
+                        continue;
+                    }
+                }
+            }
+        };
+        version.model = compiled.model_id();
+        entry.compiled = compiled;
+    }
+    models.end_unwanted(|subject| prepared.contains_key(subject));
 }
 
 impl Reconciler {

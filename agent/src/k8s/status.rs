@@ -40,16 +40,17 @@ pub struct Observed {
 }
 
 /// The status this node would write for `observed`: its own entry (when the policy selects pods
-/// here) and the conditions, whose transition times are kept while their status holds.
+/// here, or has a model of pods here) and the conditions, whose transition times are kept while their status holds.
 pub fn status_for(node: &str, observed: &Observed, now: Timestamp) -> PolicyStatus {
     let report = &observed.report;
     let current = observed.status.clone().unwrap_or_default();
-    let mine = (report.selected_pods > 0).then(|| NodeStatus {
+    let mine = (report.selected_pods > 0 || report.model.is_some()).then(|| NodeStatus {
         node: node.to_owned(),
         observed_generation: report.generation,
         enforced_pods: report.enforced_pods,
         failed_pods: report.failed_pods,
         message: report.first_error.clone(),
+        model: report.model.clone(),
     });
     let mut failing: Vec<&str> = current
         .nodes
@@ -323,6 +324,7 @@ mod tests {
             enforced_pods: 0,
             failed_pods: 1,
             message: Some("pod shop/a: no QoS class".into()),
+            model: None,
         });
         let later = status_for("n1", &observed(fine, Some(on_server)), t1);
         assert_eq!(condition(&later, READY).last_transition_time, Time(t0));

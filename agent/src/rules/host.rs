@@ -140,7 +140,8 @@ fn read(path: &Path) -> Result<(Vec<u8>, String), ModuleError> {
     Ok((bytes, digest))
 }
 
-pub(super) fn hex_digest(bytes: &[u8]) -> String {
+/// The SHA-256 digest of `bytes`, in lowercase hex.
+pub fn hex_digest(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .map(|byte| format!("{byte:02x}"))

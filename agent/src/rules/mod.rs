@@ -15,7 +15,9 @@ pub use abi::{
     types::{Action, Context, Entry, FileRule, Matcher, NetworkRule, Permission, Protocol},
 };
 pub use build::build;
-pub use host::{FailureKind, Inspection, LoadedModule, ModuleError, ModuleInstance, RuleHost};
+pub use host::{
+    FailureKind, Inspection, LoadedModule, ModuleError, ModuleInstance, RuleHost, hex_digest,
+};
 
 use std::{fmt::Display, path::Path};
 

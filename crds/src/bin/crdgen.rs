@@ -1,4 +1,4 @@
-//! Prints the CustomResourceDefinitions of both policy kinds (committed in the Helm chart; a
+//! Prints the CustomResourceDefinitions of every kind (committed in the Helm chart; a
 //! test fails when the committed file is stale).
 
 fn main() {
