@@ -25,7 +25,7 @@ pub const MODEL_POLICY_LABEL: &str = "palisade.dev/policy-uid";
     category = "palisade",
     printcolumn = r#"{"name":"Policy","type":"string","jsonPath":".spec.policy"}"#,
     printcolumn = r#"{"name":"Complete","type":"boolean","jsonPath":".spec.complete"}"#,
-    printcolumn = r#"{"name":"Ended","type":"string","jsonPath":".spec.ended"}"#,
+    printcolumn = r#"{"name":"Ended","type":"date","jsonPath":".spec.ended"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(transparent)]
@@ -42,7 +42,7 @@ pub struct PalisadeBehaviorModelSpec(#[schemars(schema_with = "any_object")] pub
     category = "palisade",
     printcolumn = r#"{"name":"Policy","type":"string","jsonPath":".spec.policy"}"#,
     printcolumn = r#"{"name":"Complete","type":"boolean","jsonPath":".spec.complete"}"#,
-    printcolumn = r#"{"name":"Ended","type":"string","jsonPath":".spec.ended"}"#,
+    printcolumn = r#"{"name":"Ended","type":"date","jsonPath":".spec.ended"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(transparent)]

@@ -21,7 +21,7 @@ pub struct PolicyStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
-    /// One entry per node that runs pods the policy selects.
+    /// One entry per node that runs pods the policy selects, or has a model of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["node".into()]))]
     pub nodes: Vec<NodeStatus>,
@@ -61,6 +61,7 @@ pub enum ModelState {
     Recording,
     /// The model covers the whole duration.
     Complete,
-    /// The model was cut short (the policy changed, or the agent stopped); it is recorded again.
+    /// The model was cut short (the policy left the mode or changed its duration, its pods left
+    /// the node, or the agent stopped); the pods are modeled again while the policy models them.
     Incomplete,
 }

@@ -122,6 +122,11 @@ impl<S: ModelStore> Models<S> {
         &mut self.store
     }
 
+    /// Whether `subject`'s policy models its target: recording, or its model not stored yet.
+    pub fn modeling(&self, subject: &str) -> bool {
+        self.sessions.contains_key(subject)
+    }
+
     /// The model `subject`'s policy records into, while it records.
     pub fn recording(&self, subject: &str) -> Option<u32> {
         self.sessions

@@ -46,8 +46,13 @@ use tokio::{
 };
 use tracing::{error, info, warn};
 
-use self::model::{ClusterModels, ModelWriter};
+use self::model::{ClusterModels, ModelWriter, node_label};
 use crate::{behavior::Models, metrics::Metrics, targets::Enforce};
+
+/// The field manager of this node's agent in server-side apply.
+fn field_manager(node: &str) -> String {
+    format!("palisade-agent/{node}")
+}
 
 /// How long a stopping agent waits for its last models to be written.
 const MODEL_WRITE_GRACE: Duration = Duration::from_secs(5);
@@ -115,8 +120,9 @@ impl Cluster {
             unreconciled.clone(),
         );
         // This node's models, to know which are complete.
-        let models_here =
-            || watcher::Config::default().labels(&format!("{MODEL_NODE_LABEL}={node}"));
+        let models_here = || {
+            watcher::Config::default().labels(&format!("{MODEL_NODE_LABEL}={}", node_label(node)))
+        };
         let namespaced_models = reflect(
             watcher(
                 Api::<PalisadeBehaviorModel>::all(client.clone()),

@@ -3,8 +3,9 @@
 //! cluster policy) named `POLICY.NODE`, in the policy's namespace, labelled with the node and
 //! the policy's UID and owned by the policy (the garbage collector deletes it with the policy).
 //! A writer task applies it (server-side apply, field manager `palisade-agent/NODE`), retrying
-//! until the API server takes it; a reflector of this node's models tells a restarted agent that
-//! a complete model exists, so that it does not model again.
+//! until the API server takes it or refuses it for good; a reflector of this node's models tells
+//! a restarted agent that a complete model exists, so that it does not model again (deleting the
+//! object has the pods modeled again).
 
 use std::{collections::HashMap, time::Duration};
 
@@ -21,7 +22,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::reconcile::{PolicyKey, PolicyObject};
+use super::{
+    field_manager,
+    reconcile::{PolicyKey, PolicyObject},
+};
 use crate::{
     behavior::{BehaviorModel, ModelStore, collapse},
     rules::hex_digest,
@@ -42,9 +46,19 @@ pub fn model_name(policy: &str, node: &str) -> String {
     format!("{short}.{}", &digest[..16])
 }
 
+/// The value of the node label: the node's name, or a digest of it when it is longer than a
+/// label value may be (63).
+pub fn node_label(node: &str) -> String {
+    if node.len() <= 63 {
+        node.to_owned()
+    } else {
+        hex_digest(node.as_bytes())[..32].to_owned()
+    }
+}
+
 /// A policy models are stored for.
 #[derive(Debug, Clone)]
-struct Owner {
+struct PolicyRef {
     key: PolicyKey,
     uid: String,
 }
@@ -70,7 +84,7 @@ impl Summary {
 /// One model to apply.
 #[derive(Debug)]
 pub struct ModelWrite {
-    owner: Owner,
+    owner: PolicyRef,
     name: String,
     model: BehaviorModel,
 }
@@ -79,8 +93,8 @@ pub struct ModelWrite {
 pub struct ClusterModels {
     node: String,
     /// The policies by label (`namespace/name`, what models name them by), as last reconciled.
-    owners: HashMap<String, Owner>,
-    /// The models this agent stored, by policy label: the reflector may not have them yet.
+    owners: HashMap<String, PolicyRef>,
+    /// The models this agent stored that the reflector does not have yet, by policy label.
     stored: HashMap<String, Summary>,
     namespaced: Store<PalisadeBehaviorModel>,
     cluster: Store<PalisadeClusterBehaviorModel>,
@@ -104,56 +118,62 @@ impl ClusterModels {
         }
     }
 
-    /// Learns the policies there are now (a model is stored for its policy's current UID).
+    /// Learns the policies there are now (a model is stored for its policy's current UID), and
+    /// forgets the models stored that the reflector has.
     pub fn track(&mut self, policies: &[PolicyObject]) {
         self.owners = policies
             .iter()
             .map(|policy| {
-                let owner = Owner {
+                let owner = PolicyRef {
                     key: policy.key.clone(),
                     uid: policy.uid.clone(),
                 };
                 (policy.key.label(), owner)
             })
             .collect();
-        let owners = &self.owners;
-        self.stored.retain(|label, stored| {
-            owners
-                .get(label)
-                .is_some_and(|owner| owner.uid == stored.policy_uid)
-        });
+        let stored = std::mem::take(&mut self.stored);
+        self.stored = stored
+            .into_iter()
+            .filter(|(label, stored)| {
+                self.owners.get(label).is_some_and(|owner| {
+                    owner.uid == stored.policy_uid && self.object(owner).is_none()
+                })
+            })
+            .collect();
     }
 
-    /// The name of the model of the policy labelled `policy` on this node.
+    /// The name of the model of `key`'s pods on this node.
     fn name(&self, key: &PolicyKey) -> String {
         model_name(&key.name, &self.node)
+    }
+
+    /// What the reflector has of the model of `owner`'s pods on this node.
+    fn object(&self, owner: &PolicyRef) -> Option<Summary> {
+        let name = self.name(&owner.key);
+        match &owner.key.namespace {
+            Some(namespace) => self
+                .namespaced
+                .get(&ObjectRef::new(&name).within(namespace))
+                .and_then(|object| Summary::of(object.as_ref(), &object.spec.0)),
+            None => self
+                .cluster
+                .get(&ObjectRef::new(&name))
+                .and_then(|object| Summary::of(object.as_ref(), &object.spec.0)),
+        }
     }
 
     /// What is stored of the model of the policy labelled `policy`, for its current UID.
     fn summary(&self, policy: &str) -> Option<Summary> {
         let owner = self.owners.get(policy)?;
-        let summary = match self.stored.get(policy) {
-            Some(stored) => Some(stored.clone()),
-            None => {
-                let name = self.name(&owner.key);
-                match &owner.key.namespace {
-                    Some(namespace) => self
-                        .namespaced
-                        .get(&ObjectRef::new(&name).within(namespace))
-                        .and_then(|object| Summary::of(object.as_ref(), &object.spec.0)),
-                    None => self
-                        .cluster
-                        .get(&ObjectRef::new(&name))
-                        .and_then(|object| Summary::of(object.as_ref(), &object.spec.0)),
-                }
-            }
-        };
-        summary.filter(|summary| summary.policy_uid == owner.uid)
+        self.object(owner)
+            .or_else(|| self.stored.get(policy).cloned())
+            .filter(|summary| summary.policy_uid == owner.uid)
     }
 
-    /// This node's model of `key`'s pods, for the policy's status: `recording` it, or stored.
-    pub fn report(&self, key: &PolicyKey, recording: bool) -> Option<NodeModel> {
-        let state = if recording {
+    /// This node's model of `key`'s pods, for the policy's status: being recorded (`modeling`), or
+    /// stored.
+    pub fn report(&self, key: &PolicyKey, modeling: bool) -> Option<NodeModel> {
+        let state = if modeling {
             ModelState::Recording
         } else {
             if self.summary(&key.label())?.complete {
@@ -224,8 +244,15 @@ fn fit(mut model: BehaviorModel) -> Result<BehaviorModel, usize> {
     }
 }
 
-/// Applies the models it is sent, retrying those the API server did not take every `interval`;
-/// once the sender is gone (the agent stops), tries what is left once more and returns.
+/// Whether the API server's refusal stays whatever the retries: the object is invalid, not
+/// allowed, or has nowhere to go (its namespace is gone).
+fn refused_for_good(status: &kube::core::Status) -> bool {
+    (400..500).contains(&status.code) && !matches!(status.code, 409 | 429)
+}
+
+/// Applies the models it is sent, retrying every `interval` those the API server did not take
+/// (but for a refusal for good); once the sender is gone (the agent stops), tries what is left
+/// once more and returns.
 pub struct ModelWriter {
     client: Client,
     node: String,
@@ -266,6 +293,12 @@ impl ModelWriter {
                         lost = write.model.lost,
                         "behaviour model written"
                     ),
+                    Err(kube::Error::Api(status)) if refused_for_good(&status) => warn!(
+                        policy = %write.owner.key,
+                        model = %write.name,
+                        "the behaviour model is lost: the API server refuses it: {}",
+                        status.message
+                    ),
                     Err(err) => {
                         warn!(policy = %write.owner.key, model = %write.name, "writing the behaviour model: {err}");
                         failed.insert(object, write);
@@ -283,10 +316,10 @@ impl ModelWriter {
     }
 
     async fn apply(&self, write: &ModelWrite) -> Result<(), kube::Error> {
-        let params = PatchParams::apply(&format!("palisade-agent/{}", self.node)).force();
-        let (kind, owner_kind) = match write.owner.key.namespace {
-            Some(_) => ("PalisadeBehaviorModel", "PalisadePolicy"),
-            None => ("PalisadeClusterBehaviorModel", "PalisadeClusterPolicy"),
+        let params = PatchParams::apply(&field_manager(&self.node)).force();
+        let kind = match write.owner.key.namespace {
+            Some(_) => "PalisadeBehaviorModel",
+            None => "PalisadeClusterBehaviorModel",
         };
         let object = json!({
             "apiVersion": API_VERSION,
@@ -294,12 +327,12 @@ impl ModelWriter {
             "metadata": {
                 "name": write.name,
                 "labels": {
-                    MODEL_NODE_LABEL: self.node,
+                    MODEL_NODE_LABEL: node_label(&self.node),
                     MODEL_POLICY_LABEL: write.owner.uid,
                 },
                 "ownerReferences": [{
                     "apiVersion": API_VERSION,
-                    "kind": owner_kind,
+                    "kind": write.owner.key.kind(),
                     "name": write.owner.key.name,
                     "uid": write.owner.uid,
                 }],
@@ -328,7 +361,7 @@ mod tests {
     use crate::behavior::FileUse;
 
     #[test]
-    fn long_names_are_cut_and_told_apart_by_a_digest() {
+    fn long_names_and_node_labels_are_cut_and_told_apart_by_a_digest() {
         assert_eq!(model_name("web", "node-1"), "web.node-1");
         let node = format!("{}-{}", "n".repeat(200), "a");
         let (a, b) = (
@@ -338,6 +371,9 @@ mod tests {
         assert!(a.len() <= 253 && b.len() <= 253, "{a}");
         assert_ne!(a, b);
         assert!(a.starts_with("pppp") && !a.contains(".-"), "{a}");
+        // Label values are at most 63 characters.
+        assert_eq!(node_label("node-1"), "node-1");
+        assert_eq!(node_label(&node).len(), 32);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! of what this node did with it.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     os::unix::fs::MetadataExt,
     path::PathBuf,
     sync::Arc,
@@ -123,7 +123,7 @@ pub struct PolicyReport {
     pub first_error: Option<String>,
     /// The pods the policy selects here, for the events about a rejection.
     pub selected_pods: u32,
-    /// In BehaviorModeling: the model of its pods here.
+    /// The model of its pods here, while it models them and once it is stored.
     pub model: Option<NodeModel>,
 }
 
@@ -282,12 +282,14 @@ impl Reconciler {
         }
         let mut errors = BTreeMap::new();
         let mut wanted = self.wanted(objects, &*enforcer, &mut reports, &mut errors);
-        record(&mut wanted, objects, models, enforcer, &mut errors);
+        let node = &self.environment.node;
+        record(&mut wanted, objects, node, models, enforcer, &mut errors);
         self.apply(wanted, enforcer, &mut reports, &mut errors);
         self.identify(objects);
         for (key, report) in &mut reports {
-            let recording = models.recording(&key.to_string()).is_some();
-            report.model = models.store().report(key, recording);
+            report.model = models
+                .store()
+                .report(key, models.modeling(&key.to_string()));
         }
         (reports, self.enforced.report(errors))
     }
@@ -475,27 +477,34 @@ impl Reconciler {
     }
 }
 
-/// Makes the pods of BehaviorModeling policies record into their policy's model (one per policy
-/// on this node, started with its first pod here), until the duration ends; ends the models of
-/// policies that left the mode, or select no pod here any more.
+/// Makes the pods of BehaviorModeling policies on `node` record into their policy's model (one
+/// per policy on this node, started with its first pod here), until the duration ends; ends the
+/// models of policies that left the mode, or select no pod here any more.
 fn record(
     wanted: &mut HashMap<String, Wanted>,
     objects: &Objects,
+    node: &str,
     models: &mut Models<ClusterModels>,
     enforcer: &mut impl Enforce,
     errors: &mut BTreeMap<String, String>,
 ) {
     // The version to install of each modeling policy, by subject (its key, as text).
     let mut prepared: HashMap<String, Arc<CompiledPolicy>> = HashMap::new();
+    // Subjects whose recording version a pod keeps (its policy's new version is rejected).
+    let mut kept = HashSet::new();
     for wanted in wanted.values_mut() {
         let Wanted::Install(entry) = wanted else {
             continue;
         };
         let version = &mut entry.version;
-        if entry.compiled.modeling().is_none() || version.model.is_some() {
-            continue; // Not modeling, or a recording version kept as it is.
-        }
         let subject = version.policy.to_string();
+        if version.model.is_some() {
+            kept.insert(subject);
+            continue;
+        }
+        if entry.compiled.modeling().is_none() {
+            continue;
+        }
         let compiled = match prepared.get(&subject) {
             Some(compiled) => compiled.clone(),
             None => {
@@ -506,7 +515,7 @@ fn record(
                 else {
                     continue;
                 };
-                let target = format!("the pods {} selects on this node", policy.key);
+                let target = format!("the pods {} selects on node {node}", policy.key);
                 match models.prepare(
                     &subject,
                     &target,
@@ -530,7 +539,7 @@ fn record(
         version.model = compiled.model_id();
         entry.compiled = compiled;
     }
-    models.end_unwanted(|subject| prepared.contains_key(subject));
+    models.end_unwanted(|subject| prepared.contains_key(subject) || kept.contains(subject));
 }
 
 impl Reconciler {

@@ -27,7 +27,10 @@ use serde_json::json;
 use tokio::{sync::watch, time::Instant};
 use tracing::warn;
 
-use super::reconcile::{PolicyKey, PolicyReport};
+use super::{
+    field_manager,
+    reconcile::{PolicyKey, PolicyReport},
+};
 
 /// A policy as last reconciled: what this node reports on it, and its status as the API server
 /// had it.
@@ -40,7 +43,7 @@ pub struct Observed {
 }
 
 /// The status this node would write for `observed`: its own entry (when the policy selects pods
-/// here, or has a model of pods here) and the conditions, whose transition times are kept while their status holds.
+/// here, or has a model of them) and the conditions, whose transition times are kept while their status holds.
 pub fn status_for(node: &str, observed: &Observed, now: Timestamp) -> PolicyStatus {
     let report = &observed.report;
     let current = observed.status.clone().unwrap_or_default();
@@ -136,10 +139,6 @@ impl StatusWriter {
         }
     }
 
-    fn manager(&self) -> String {
-        format!("palisade-agent/{}", self.node)
-    }
-
     /// Writes what changed in each new set of observations, until the sender is dropped.
     pub async fn run(mut self, mut observations: watch::Receiver<Vec<Observed>>) {
         loop {
@@ -192,7 +191,7 @@ impl StatusWriter {
     }
 
     async fn apply(&self, key: &PolicyKey, status: &PolicyStatus) -> Result<(), kube::Error> {
-        let params = PatchParams::apply(&self.manager()).force();
+        let params = PatchParams::apply(&field_manager(&self.node)).force();
         let patch = json!({
             "apiVersion": API_VERSION,
             "kind": key.kind(),

@@ -1,7 +1,8 @@
 //! BehaviorModeling in Kubernetes, against a real API server: the pods a policy selects on a
 //! node are modeled into a PalisadeBehaviorModel of that node, owned by the policy and named in
 //! its status; `palisade model` reads the object as kubectl prints it; a restarted agent does not
-//! model again what it modeled completely; the model goes with its policy.
+//! model again what it modeled completely, unless the model is deleted; the model goes with its
+//! policy.
 
 use std::time::Duration;
 
@@ -99,6 +100,17 @@ async fn a_policys_pods_are_modeled_into_an_object_of_their_node_owned_by_the_po
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(agent.enforced(id).unwrap().model_id(), None);
     assert!(agent.kernel.lock().unwrap().models.is_empty());
+
+    // Deleting the model has the pods modeled again.
+    models.delete(&name, &Default::default()).await.unwrap();
+    eventually("web-1 recording again", async || {
+        agent.enforced(id)?.model_id()
+    })
+    .await;
+    eventually("the model written again", async || {
+        models.get_opt(&name).await.ok()?
+    })
+    .await;
 
     // The model goes with its policy.
     policies.delete("web", &Default::default()).await.unwrap();
