@@ -219,6 +219,11 @@ impl<S: ModelStore> Models<S> {
     /// that ended at the pass before, and ends those whose duration ran out (the pass then
     /// enforces their policies without recording).
     pub fn collect(&mut self, enforcer: &mut impl Enforce) {
+        // No policy models its target: nothing to read the record map for (every pass would read
+        // it whole).
+        if self.sessions.is_empty() && self.replaced.is_empty() {
+            return;
+        }
         match enforcer.take_model_records() {
             Ok(records) => {
                 for (key, count) in records {
