@@ -56,7 +56,7 @@ pub trait ModelStore {
     /// Whether a complete model of `policy` over `duration` is stored.
     fn has_complete(&self, policy: &str, duration: Duration) -> bool;
     /// Stores an ended model, or says why it cannot.
-    fn store(&mut self, model: &BehaviorModel);
+    fn store(&mut self, model: BehaviorModel);
 }
 
 /// The models of policy files: `DIR/POLICY.yaml` (the directory made when the first is written).
@@ -74,7 +74,7 @@ impl ModelStore for ModelDir {
             .is_ok_and(|model| model.complete && model.duration_seconds == duration.as_secs())
     }
 
-    fn store(&mut self, model: &BehaviorModel) {
+    fn store(&mut self, model: BehaviorModel) {
         let path = self.file(&model.policy);
         let written = std::fs::create_dir_all(&self.0)
             .map_err(|source| ModelFileError::Io {
@@ -253,7 +253,7 @@ impl<S: ModelStore> Models<S> {
         );
         for session in finished {
             let (model_id, model) = session.into_model();
-            self.write(model_id, &model, enforcer);
+            self.write(model_id, model, enforcer);
         }
         for session in self.sessions.values_mut() {
             if session.state == State::Recording && session.started.elapsed() >= session.duration {
@@ -270,7 +270,7 @@ impl<S: ModelStore> Models<S> {
     }
 
     /// Stores an ended session's model and closes the model in the kernel.
-    fn write(&mut self, model_id: u32, model: &BehaviorModel, enforcer: &mut impl Enforce) {
+    fn write(&mut self, model_id: u32, model: BehaviorModel, enforcer: &mut impl Enforce) {
         self.store.store(model);
         if let Err(err) = enforcer.close_model(model_id) {
             warn!(

@@ -196,12 +196,12 @@ impl ModelStore for ClusterModels {
         })
     }
 
-    fn store(&mut self, model: &BehaviorModel) {
+    fn store(&mut self, model: BehaviorModel) {
         let Some(owner) = self.owners.get(&model.policy).cloned() else {
             warn!(policy = %model.policy, "the behaviour model is lost: its policy is gone");
             return;
         };
-        let model = match fit(model.clone()) {
+        let model = match fit(model) {
             Ok(model) => model,
             Err(size) => {
                 warn!(
