@@ -286,7 +286,7 @@ mod tests {
 
     use super::*;
     use crate::{
-        behavior::{BehaviorModel, file_record},
+        behavior::{BehaviorModel, file_record, load_model},
         targets::FakeKernel,
     };
 
@@ -382,7 +382,7 @@ mod tests {
         }
 
         fn model(&self, policy: &str) -> BehaviorModel {
-            BehaviorModel::load(&self.base.join(format!("models/{policy}.yaml"))).unwrap()
+            load_model(&self.base.join(format!("models/{policy}.yaml"))).unwrap()
         }
 
         fn reconcile(&mut self) -> Vec<String> {

@@ -1,5 +1,6 @@
-//! Rule modules built with `palisade rules build` and run by the agent's host: what they compile,
-//! how they decide, and how a misbehaving one is contained while the host goes on serving.
+//! Rule modules and model transforms built with `palisade rules build` and run by the agent's
+//! host: what they compile, decide and transform, and how a misbehaving one is contained while
+//! the host goes on serving.
 
 use std::{
     collections::HashMap,
@@ -10,6 +11,7 @@ use std::{
 };
 
 use palisade_agent::{
+    behavior::{BehaviorModel, TransformError, Transformation, load_model, transform},
     policy::{CompiledPolicy, Environment, Policy, PolicyError},
     rules::{Context, Event, FailureKind, ModuleError, RuleHost, compile_policy},
 };
@@ -253,13 +255,13 @@ fn files_that_are_not_rule_modules_are_refused_with_the_reason() {
         (
             "garbage.wasm",
             b"not wasm at all",
-            "not a rule module this agent runs",
+            "not a module this agent runs",
         ),
         // A core module, not a component.
         (
             "core.wasm",
             b"\0asm\x01\0\0\0",
-            "not a rule module this agent runs",
+            "not a module this agent runs",
         ),
         // An empty component: the right format, exporting nothing.
         ("empty.wasm", b"\0asm\x0d\0\x01\0", "compile"),
@@ -435,7 +437,7 @@ fn inspect_shows_the_digest_and_the_abi() {
     assert!(text.contains("export   decide (function)"), "{text}");
     assert!(
         text.contains(&format!(
-            "kind     a component (palisade:rule@{})",
+            "kind     a rule module (component of palisade:rule@{})",
             palisade_agent::rules::ABI_VERSION
         )),
         "{text}"
@@ -450,7 +452,7 @@ fn inspect_shows_the_digest_and_the_abi() {
         .unwrap();
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("not a rule module"),
+        String::from_utf8_lossy(&out.stderr).contains("not a module this agent runs"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -583,4 +585,213 @@ fn a_rego_module_runs_its_fixtures_and_its_builtins_are_checked_at_load() {
             .contains("the policy needs builtins the agent does not provide: sprintf"),
         "{err}"
     );
+}
+
+/// The example model, as the agent writes models.
+fn web_model() -> BehaviorModel {
+    load_model(&workspace().join("examples/models/web.yaml")).unwrap()
+}
+
+fn paths(model: &BehaviorModel) -> Vec<&str> {
+    model.files.iter().map(|file| file.path.as_str()).collect()
+}
+
+#[test]
+fn a_rust_model_transform_drops_and_widens_and_says_so_in_the_model() {
+    let (path, digest) = module("rules/examples/tidy-model");
+    let host = RuleHost::new(None).unwrap();
+    let config = serde_json::json!({"drop": ["/tmp/**", "/usr/bin/env"], "widen": ["/lib/"]});
+    let model = web_model();
+    let tidy = transform(&host, &path, &config, &model).unwrap();
+    assert_eq!(
+        paths(&tidy),
+        ["", "/data/", "/etc/hosts", "/lib/", "/run/app.sock"]
+    );
+    let widened = tidy.files.iter().find(|file| file.path == "/lib/").unwrap();
+    assert_eq!(widened.permissions, ["exec"]);
+    assert!(
+        widened
+            .collapsed
+            .as_ref()
+            .unwrap()
+            .rule
+            .contains("widened by tidy-model"),
+        "{widened:?}"
+    );
+    let programs: Vec<&str> = tidy
+        .executables
+        .iter()
+        .map(|program| program.what.path.as_str())
+        .collect();
+    assert_eq!(programs, ["/bin/busybox"]);
+    // What the workload did otherwise, and what the model is of, are as they were.
+    assert_eq!(tidy.peers, model.peers);
+    assert_eq!((&tidy.policy, &tidy.spec), (&model.policy, &model.spec));
+    assert_eq!(
+        tidy.transformed,
+        [Transformation {
+            module: path.file_name().unwrap().to_string_lossy().into_owned(),
+            sha256: digest,
+            config: config.clone(),
+        }]
+    );
+    // Its refusal is the command's error.
+    let err = transform(
+        &host,
+        &path,
+        &serde_json::json!({"widen": ["/lib"]}),
+        &model,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("must end with /"), "{err}");
+}
+
+#[test]
+fn a_rego_model_transform_drops_paths_and_may_not_change_what_the_model_is_of() {
+    let (path, _) = module("rules/examples/drop-paths");
+    let host = RuleHost::new(None).unwrap();
+    let model = web_model();
+    let dropped = transform(
+        &host,
+        &path,
+        &serde_json::json!({"prefixes": ["/data/", "/usr/"]}),
+        &model,
+    )
+    .unwrap();
+    assert_eq!(
+        paths(&dropped),
+        [
+            "/etc/hosts",
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/run/app.sock",
+            "/tmp/out",
+            ""
+        ]
+    );
+    assert_eq!(dropped.executables.len(), 1);
+    assert_eq!(dropped.capabilities, model.capabilities);
+    let err = transform(&host, &path, &serde_json::json!({"prefixes": []}), &model)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`prefixes` lists nothing to drop"), "{err}");
+    // A transform that retargets the model is refused, with the field it changed.
+    let dir = scratch().join("retarget");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("retarget.rego"),
+        "package palisade\n\ntransform := object.union(input.model, {\"target\": \"/elsewhere\"})\n",
+    )
+    .unwrap();
+    let retarget = dir.join("retarget.wasm");
+    palisade_agent::rules::build(&dir, &retarget).unwrap();
+    let err = transform(&host, &retarget, &serde_json::json!({}), &model).unwrap_err();
+    assert!(matches!(err, TransformError::Changed("target")), "{err}");
+}
+
+#[test]
+fn rule_modules_and_model_transforms_are_each_refused_in_the_others_place() {
+    let host = RuleHost::new(None).unwrap();
+    let (rule, _) = module("rules/examples/protect-files");
+    let err = transform(&host, &rule, &serde_json::json!({}), &web_model())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("a rule module, not a model transform"),
+        "{err}"
+    );
+    for transform in ["rules/examples/tidy-model", "rules/examples/drop-paths"] {
+        let err = compile(
+            &host,
+            &format!(
+                "  mode: RuntimeDefault\n{}",
+                module_spec(transform, "tidy", "{}")
+            ),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("the module is a model transform"),
+            "{transform}: {err}"
+        );
+    }
+}
+
+#[test]
+fn model_transform_and_to_policy_run_a_transform_from_the_command_line() {
+    let (path, digest) = module("rules/examples/drop-paths");
+    let model = workspace().join("examples/models/web.yaml");
+    let palisade = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let module_arg = path.to_str().unwrap();
+    let config = r#"{"prefixes": ["/data/"]}"#;
+    let (ok, out, err) = palisade(&[
+        "model",
+        "transform",
+        model.to_str().unwrap(),
+        "--module",
+        module_arg,
+        "--config",
+        config,
+    ]);
+    assert!(ok, "{err}");
+    let written = scratch().join("web-dropped.yaml");
+    std::fs::write(&written, &out).unwrap();
+    let dropped = load_model(&written).unwrap();
+    assert!(!paths(&dropped).contains(&"/data/"), "{out}");
+    assert_eq!(dropped.transformed[0].sha256, digest);
+    let (ok, diff, err) = palisade(&[
+        "model",
+        "diff",
+        model.to_str().unwrap(),
+        written.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(diff.contains("  - /data/ (read)"), "{diff}");
+    let (ok, policy, err) = palisade(&[
+        "model",
+        "to-policy",
+        model.to_str().unwrap(),
+        "--module",
+        module_arg,
+        "--config",
+        config,
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        policy.contains(&format!(
+            "# Rewritten by the model transform {} (sha256 {digest})",
+            path.file_name().unwrap().to_string_lossy()
+        )),
+        "{policy}"
+    );
+    assert!(!policy.contains("- /data/"), "{policy}");
+    // Bad input: configuration that is not JSON, a module that is not there.
+    let (ok, _, err) = palisade(&[
+        "model",
+        "to-policy",
+        model.to_str().unwrap(),
+        "--module",
+        module_arg,
+        "--config",
+        "{prefixes",
+    ]);
+    assert!(!ok && err.contains("not JSON"), "{err}");
+    let (ok, _, err) = palisade(&[
+        "model",
+        "transform",
+        model.to_str().unwrap(),
+        "--module",
+        "/nonexistent.wasm",
+    ]);
+    assert!(!ok && err.contains("/nonexistent.wasm"), "{err}");
 }

@@ -11,6 +11,10 @@
 //! state between batches (a cache), but must not count on it: an instance is replaced after any
 //! failure or a minute unused, and `compile` runs in a fresh one.
 //!
+//! A model transform, the package's other world, rewrites a behaviour model before it becomes a
+//! policy: implement [`Transform`] and export it with [`model_transform!`] (the model's types
+//! are in [`model`]).
+//!
 //! Implement [`Rule`] and export it with [`rule!`]; build with `palisade rules build DIR`, which
 //! compiles for `wasm32-unknown-unknown` and wraps the module as a component. The same code runs
 //! natively in `cargo test`, where [`fixture_test!`] checks it against JSON fixtures
@@ -44,7 +48,9 @@ use std::borrow::Cow;
 #[cfg(any(test, all(target_arch = "wasm32", not(target_feature = "atomics"))))]
 #[doc(hidden)]
 pub mod allocator;
+pub mod model;
 pub mod testing;
+mod transform;
 #[doc(hidden)]
 pub mod wire;
 
@@ -62,12 +68,25 @@ pub mod bindings {
     });
 }
 
+/// The bindings of the `model-transform` world (`model_transform!` refers to them).
+#[doc(hidden)]
+pub mod transform_bindings {
+    wit_bindgen::generate!({
+        world: "model-transform",
+        path: "wit",
+        pub_export_macro: true,
+        export_macro_name: "export_model_transform",
+        default_bindings_module: "palisade_rule_sdk::transform_bindings",
+    });
+}
+
 pub use bindings::{
     Context, Entry, Guest,
     palisade::rule::types::{Action, FileRule, Matcher, NetworkRule, Permission, Protocol},
 };
 #[doc(hidden)]
 pub use serde_json;
+pub use transform::{Transform, transform_json};
 
 /// The ABI version this SDK builds modules for (the WIT package version).
 pub const ABI_VERSION: &str = "0.3.0";

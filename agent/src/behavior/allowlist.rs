@@ -105,6 +105,12 @@ impl Allowlist {
                 model.lost
             ));
         }
+        for step in &model.transformed {
+            list.header.push(format!(
+                "Rewritten by the model transform {} (sha256 {}) with config {}.",
+                step.module, step.sha256, step.config
+            ));
+        }
         let allow = AllowRules {
             files: list.files(&model.files),
             exec: model

@@ -10,6 +10,7 @@
 mod allowlist;
 mod diff;
 mod model;
+mod transform;
 
 use std::{
     collections::HashMap,
@@ -24,7 +25,11 @@ pub use diff::ModelDiff;
 use model::Recorded;
 #[cfg(any(test, feature = "fake-kernel"))]
 pub use model::file_record;
-pub use model::{BehaviorModel, Counted, FileUse, ModelFileError, collapse};
+pub use model::{
+    BehaviorModel, Counted, FileUse, ModelFileError, Transformation, collapse, load_model,
+    save_model,
+};
+pub use transform::{TransformError, transform};
 
 use crate::{
     bpf::EnforceError,
@@ -70,7 +75,7 @@ impl ModelDir {
 
 impl ModelStore for ModelDir {
     fn has_complete(&self, policy: &str, duration: Duration) -> bool {
-        BehaviorModel::load(&self.file(policy))
+        load_model(&self.file(policy))
             .is_ok_and(|model| model.complete && model.duration_seconds == duration.as_secs())
     }
 
@@ -81,7 +86,7 @@ impl ModelStore for ModelDir {
                 path: self.0.display().to_string(),
                 source,
             })
-            .and_then(|()| model.save(&path));
+            .and_then(|()| save_model(&model, &path));
         match written {
             Ok(()) => info!(
                 policy = %model.policy,

@@ -1,12 +1,19 @@
-//! `palisade model show FILE`, `model diff A B` and `model to-policy FILE`: review what a
-//! BehaviorModeling policy recorded, compare two models, and write the allowlist a model stands
-//! for.
+//! `palisade model show FILE`, `model diff A B`, `model transform FILE --module M` and
+//! `model to-policy FILE`: review what a BehaviorModeling policy recorded, compare two models,
+//! rewrite one with a model transform, and write the allowlist a model stands for.
 
-use std::{fmt::Display, io::Write, path::PathBuf};
+use std::{
+    fmt::Display,
+    io::Write,
+    path::{Path, PathBuf},
+};
 
 use clap::ValueEnum;
 
-use crate::behavior::{Allowlist, BehaviorModel, Counted, ModelDiff};
+use crate::{
+    behavior::{Allowlist, BehaviorModel, Counted, ModelDiff, load_model, transform},
+    rules::RuleHost,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -17,11 +24,27 @@ pub enum Output {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PolicyOutput {
-    /// The policy file, with comments for its reviewer.
+pub enum FileOutput {
+    /// As a file: a policy with comments for its reviewer, a model as the agent writes it.
     Yaml,
-    /// The policy alone, as JSON (for `kubectl apply -f -` or jq).
+    /// As JSON (for `kubectl apply -f -` or jq).
     Json,
+}
+
+/// A model transform to run on the model, and its configuration.
+#[derive(Debug, clap::Args)]
+pub struct TransformArgs {
+    /// The model transform: a component built with `palisade rules build` from a crate using
+    /// `palisade_rule_sdk::model_transform!`, or Rego files defining `palisade.transform`.
+    #[arg(long)]
+    module: PathBuf,
+    /// Its configuration, as JSON.
+    #[arg(long, default_value = "{}", value_parser = json)]
+    config: serde_json::Value,
+}
+
+fn json(text: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(text).map_err(|err| format!("not JSON: {err}"))
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -42,43 +65,90 @@ pub enum ModelCommand {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// Rewrite a model with a model transform (a Wasm or Rego module): drop what is noise,
+    /// widen files to their directory. Writes the model it makes.
+    Transform {
+        /// A model the agent wrote.
+        file: PathBuf,
+        #[command(flatten)]
+        transform: TransformArgs,
+        #[arg(long, value_enum, default_value_t = FileOutput::Yaml)]
+        output: FileOutput,
+    },
     /// Write the DefenseInDepth policy that allows what the model saw, as a trial
     /// (allowViolations) to review before enforcing.
     ToPolicy {
         /// A model the agent wrote.
         file: PathBuf,
-        #[arg(long, value_enum, default_value_t = PolicyOutput::Yaml)]
-        output: PolicyOutput,
+        /// A model transform to rewrite the model with first.
+        #[arg(long)]
+        module: Option<PathBuf>,
+        /// The model transform's configuration, as JSON.
+        #[arg(long, requires = "module", default_value = "{}", value_parser = json)]
+        config: serde_json::Value,
+        #[arg(long, value_enum, default_value_t = FileOutput::Yaml)]
+        output: FileOutput,
     },
 }
 
 pub fn run(command: ModelCommand, out: &mut impl Write) -> anyhow::Result<()> {
     match command {
         ModelCommand::Show { file, output } => {
-            let model = BehaviorModel::load(&file)?;
+            let model = load_model(&file)?;
             match output {
                 Output::Text => show(&model, out)?,
                 Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&model)?)?,
             }
         }
         ModelCommand::Diff { a, b, output } => {
-            let diff = ModelDiff::of(&BehaviorModel::load(&a)?, &BehaviorModel::load(&b)?);
+            let diff = ModelDiff::of(&load_model(&a)?, &load_model(&b)?);
             match output {
                 Output::Text => show_diff(&diff, out)?,
                 Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&diff)?)?,
             }
         }
-        ModelCommand::ToPolicy { file, output } => {
-            let allowlist = Allowlist::of(&BehaviorModel::load(&file)?);
+        ModelCommand::Transform {
+            file,
+            transform: TransformArgs { module, config },
+            output,
+        } => {
+            let model = transformed(load_model(&file)?, &module, &config)?;
             match output {
-                PolicyOutput::Yaml => write!(out, "{}", allowlist.to_yaml())?,
-                PolicyOutput::Json => {
+                FileOutput::Yaml => write!(out, "{}", serde_yaml::to_string(&model)?)?,
+                FileOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&model)?)?,
+            }
+        }
+        ModelCommand::ToPolicy {
+            file,
+            module,
+            config,
+            output,
+        } => {
+            let mut model = load_model(&file)?;
+            if let Some(module) = module {
+                model = transformed(model, &module, &config)?;
+            }
+            let allowlist = Allowlist::of(&model);
+            match output {
+                FileOutput::Yaml => write!(out, "{}", allowlist.to_yaml())?,
+                FileOutput::Json => {
                     writeln!(out, "{}", serde_json::to_string_pretty(&allowlist.policy)?)?
                 }
             }
         }
     }
     Ok(())
+}
+
+/// `model` rewritten by the model transform at `module` with `config`.
+fn transformed(
+    model: BehaviorModel,
+    module: &Path,
+    config: &serde_json::Value,
+) -> anyhow::Result<BehaviorModel> {
+    let host = RuleHost::new(None)?;
+    transform(&host, module, config, &model)
+        .map_err(|err| anyhow::anyhow!("{}: {err}", module.display()))
 }
 
 /// A section: its title and count, then one line per thing done, with how many times (or

@@ -1,5 +1,6 @@
-//! The ABI between the agent and rule modules: the `palisade:rule` world's bindings
-//! (rule-sdk/wit), and the SDK's event and verdict types, one definition for both sides.
+//! The ABI between the agent and rule modules: the bindings of the `palisade:rule` package's
+//! worlds (rule-sdk/wit), and the SDK's event, verdict and model types, one definition for both
+//! sides.
 
 mod bindings {
     wasmtime::component::bindgen!({
@@ -9,9 +10,17 @@ mod bindings {
     });
 }
 
+mod transform_bindings {
+    wasmtime::component::bindgen!({
+        world: "model-transform",
+        path: "../rule-sdk/wit",
+    });
+}
+
 pub(super) use bindings::{Rule, RulePre};
 /// An audit event as rule modules see it (its fields borrowed), and what happens to it.
 pub use palisade_rule_sdk::{Event, Severity, Verdict};
+pub(super) use transform_bindings::{ModelTransform, ModelTransformPre};
 
 /// The types of the ABI, as the host sees them.
 pub mod types {

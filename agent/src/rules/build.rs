@@ -1,6 +1,6 @@
-//! `palisade rules build DIR`: a Rust rule crate (using palisade-rule-sdk) built for
-//! `wasm32-unknown-unknown` and wrapped as a component, or the Rego files of DIR compiled by
-//! `opa build -t wasm`: the two forms the agent loads.
+//! `palisade rules build DIR`: a Rust rule crate or model transform (using palisade-rule-sdk)
+//! built for `wasm32-unknown-unknown` and wrapped as a component, or the Rego files of DIR
+//! compiled by `opa build -t wasm`: the two forms the agent loads.
 
 use std::{
     path::{Path, PathBuf},
@@ -40,14 +40,12 @@ fn build_rego(dir: &Path) -> anyhow::Result<Vec<u8>> {
     let work = std::env::temp_dir().join(format!("palisade-rego-{}", std::process::id()));
     std::fs::create_dir_all(&work)?;
     let bundle = work.join("bundle.tar.gz");
-    let status = Command::new("opa")
-        .args(["build", "-t", "wasm"])
-        .args([
-            "-e",
-            super::opa::COMPILE_ENTRYPOINT,
-            "-e",
-            super::opa::DECIDE_ENTRYPOINT,
-        ])
+    let mut build = Command::new("opa");
+    build.args(["build", "-t", "wasm"]);
+    for entrypoint in entrypoints(&sources)? {
+        build.args(["-e", entrypoint]);
+    }
+    let status = build
         .arg("-o")
         .arg(&bundle)
         .args(&sources)
@@ -70,6 +68,59 @@ fn build_rego(dir: &Path) -> anyhow::Result<Vec<u8>> {
     Ok(module)
 }
 
+/// The entrypoints of the ABI (a rule module's, a model transform's) that the package
+/// `palisade` of `sources` defines: `opa build` refuses entrypoints no rule defines.
+fn entrypoints(sources: &[PathBuf]) -> anyhow::Result<Vec<&'static str>> {
+    let mut defined = Vec::new();
+    for source in sources {
+        let parsed = Command::new("opa")
+            .args(["parse", "--format", "json"])
+            .arg(source)
+            .output()
+            .context("running opa (scripts/install.sh installs it)")?;
+        ensure!(
+            parsed.status.success(),
+            "{}: {}",
+            source.display(),
+            String::from_utf8_lossy(&parsed.stderr).trim()
+        );
+        let ast: serde_json::Value = serde_json::from_slice(&parsed.stdout)?;
+        let package: Vec<&str> = ast["package"]["path"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|term| term["value"].as_str())
+            .collect();
+        if package != ["data", "palisade"] {
+            continue;
+        }
+        for rule in ast["rules"].as_array().into_iter().flatten() {
+            let head = &rule["head"];
+            if let Some(name) = head["name"].as_str().or(head["ref"][0]["value"].as_str()) {
+                defined.push(name.to_owned());
+            }
+        }
+    }
+    let entrypoints: Vec<&str> = [
+        super::opa::COMPILE_ENTRYPOINT,
+        super::opa::DECIDE_ENTRYPOINT,
+        super::opa::TRANSFORM_ENTRYPOINT,
+    ]
+    .into_iter()
+    .filter(|entrypoint| {
+        defined
+            .iter()
+            .any(|name| entrypoint.ends_with(&format!("/{name}")))
+    })
+    .collect();
+    ensure!(
+        !entrypoints.is_empty(),
+        "the package palisade of the Rego files defines none of compile, decide (a rule module) \
+         and transform (a model transform)"
+    );
+    Ok(entrypoints)
+}
+
 /// The component built from the rule crate in `dir`.
 fn build_rust(dir: &Path) -> anyhow::Result<Vec<u8>> {
     let core = build_core(&dir.join("Cargo.toml"))?;
@@ -80,7 +131,8 @@ fn build_rust(dir: &Path) -> anyhow::Result<Vec<u8>> {
         .map_err(|err| anyhow::anyhow!("{err:#}"))
         .with_context(|| {
             format!(
-                "{}: not a rule module (does it export a rule with palisade_rule_sdk::rule!?)",
+                "{}: not a rule module (does it export a rule with palisade_rule_sdk::rule!, or a \
+                 model transform with palisade_rule_sdk::model_transform!?)",
                 core.display()
             )
         })

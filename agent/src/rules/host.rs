@@ -17,7 +17,7 @@ use wasmtime::{
 
 use super::{
     abi::{
-        ABI_VERSION, Event, Rule, RulePre, Verdict,
+        ABI_VERSION, Event, ModelTransform, ModelTransformPre, Rule, RulePre, Verdict,
         types::{Context, Entry},
     },
     opa::{OpaInstance, OpaModule, is_core_module},
@@ -66,8 +66,9 @@ pub enum ModuleError {
         actual: String,
     },
     #[error(
-        "{path}: not a rule module this agent runs (a component of palisade:rule@{ABI_VERSION}, \
-         or a Rego policy with the entrypoints palisade/compile and palisade/decide): {reason}"
+        "{path}: not a module this agent runs (a component of palisade:rule@{ABI_VERSION}'s \
+         world rule or model-transform, or a Rego policy with the entrypoints palisade/compile \
+         and palisade/decide, or palisade/transform): {reason}"
     )]
     Abi { path: PathBuf, reason: String },
     #[error("stopped ({}): {message}", kind.name())]
@@ -124,8 +125,10 @@ enum Artifact {
 }
 
 enum Kind {
-    /// A component of the `palisade:rule` world (Rust, or any language with WIT bindings).
-    Component(RulePre<State>),
+    /// A component of the `rule` world (Rust, or any language with WIT bindings).
+    Rule(RulePre<State>),
+    /// A component of the `model-transform` world.
+    Transform(ModelTransformPre<State>),
     /// A Rego policy compiled by `opa build -t wasm`.
     Rego(OpaModule),
 }
@@ -182,10 +185,25 @@ impl RuleHost {
                 actual: digest,
             });
         }
+        self.loaded_or_admitted(path, &bytes, digest)
+    }
+
+    /// Loads the module at `path` whatever its digest: one a person names on the command line.
+    pub fn open(&self, path: &Path) -> Result<Arc<LoadedModule>, ModuleError> {
+        let (bytes, digest) = read(path)?;
+        self.loaded_or_admitted(path, &bytes, digest)
+    }
+
+    fn loaded_or_admitted(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        digest: String,
+    ) -> Result<Arc<LoadedModule>, ModuleError> {
         if let Some(module) = self.lock().get(&digest) {
             return Ok(module.clone());
         }
-        let artifact = self.artifact(path, &bytes, &digest)?;
+        let artifact = self.artifact(path, bytes, &digest)?;
         self.admit(path, digest, artifact)
     }
 
@@ -221,9 +239,21 @@ impl RuleHost {
                 Kind::Rego(OpaModule::load(module, &mut store).map_err(abi)?)
             }
             Artifact::Component(component) => {
-                let abi = |err: wasmtime::Error| abi(format!("{err:#}"));
-                let pre = self.linker.instantiate_pre(&component).map_err(abi)?;
-                Kind::Component(RulePre::new(pre).map_err(abi)?)
+                let pre = self
+                    .linker
+                    .instantiate_pre(&component)
+                    .map_err(|err| abi(format!("{err:#}")))?;
+                match RulePre::new(pre.clone()) {
+                    Ok(rule) => Kind::Rule(rule),
+                    Err(as_rule) => {
+                        Kind::Transform(ModelTransformPre::new(pre).map_err(|as_transform| {
+                            abi(format!(
+                                "as a rule module: {as_rule:#}; as a model transform: \
+                                 {as_transform:#}"
+                            ))
+                        })?)
+                    }
+                }
             }
         };
         let module = Arc::new(LoadedModule {
@@ -359,10 +389,8 @@ impl RuleHost {
     pub fn inspect(&self, path: &Path) -> Result<Inspection, ModuleError> {
         let (bytes, digest) = read(path)?;
         let artifact = self.artifact(path, &bytes, &digest)?;
-        let (kind, imports, exports) = match &artifact {
+        let (imports, exports) = match &artifact {
             Artifact::Rego(module) => (
-                "a Rego policy (OPA Wasm ABI 1.x, entrypoints palisade/compile and palisade/decide)"
-                    .to_owned(),
                 module
                     .imports()
                     .map(|import| format!("{}.{} (core)", import.module(), import.name()))
@@ -378,20 +406,29 @@ impl RuleHost {
                     format!("{name} ({})", item_kind(&item.ty))
                 };
                 (
-                    format!("a component (palisade:rule@{ABI_VERSION})"),
                     ty.imports(&self.engine).map(named).collect(),
                     ty.exports(&self.engine).map(named).collect(),
                 )
             }
         };
+        let is_rego = matches!(artifact, Artifact::Rego(_));
+        let admitted = self.admit(path, digest.clone(), artifact);
+        let kind = match admitted.as_ref().map(|module| &module.kind) {
+            Ok(Kind::Rule(_)) => {
+                format!("a rule module (component of palisade:rule@{ABI_VERSION})")
+            }
+            Ok(Kind::Transform(_)) => {
+                format!("a model transform (component of palisade:rule@{ABI_VERSION})")
+            }
+            Ok(Kind::Rego(opa)) => format!("{} (Rego policy, OPA Wasm ABI 1.x)", opa.purpose()),
+            Err(_) if is_rego => "a Rego policy (OPA Wasm ABI 1.x)".to_owned(),
+            Err(_) => format!("a component, not of palisade:rule@{ABI_VERSION}"),
+        };
         Ok(Inspection {
             kind,
             imports,
             exports,
-            runnable: self
-                .admit(path, digest.clone(), artifact)
-                .map(drop)
-                .map_err(|err| err.to_string()),
+            runnable: admitted.map(drop).map_err(|err| err.to_string()),
             size: bytes.len(),
             digest,
         })
@@ -409,12 +446,20 @@ pub struct ModuleInstance {
 }
 
 enum Running {
-    Component {
+    Rule {
         rule: Rule,
         /// Whether its `decide` reads the events' JSON.
         reads_json: bool,
     },
+    Transform(ModelTransform),
     Rego(Box<OpaInstance>),
+}
+
+/// What a model transform answers when asked for a rule module's work.
+fn not_a_rule_module() -> ModuleError {
+    ModuleError::Refused(
+        "the module is a model transform (palisade model transform), not a rule module".to_owned(),
+    )
 }
 
 impl LoadedModule {
@@ -424,10 +469,11 @@ impl LoadedModule {
         // Starting an instance runs module code too (a Rego policy sets up its data).
         let _ticking = set_budget(&mut store, DECIDE_BUDGET);
         let running = match &self.kind {
-            Kind::Component(pre) => pre.instantiate(&mut store).and_then(|rule| {
+            Kind::Rule(pre) => pre.instantiate(&mut store).and_then(|rule| {
                 let reads_json = rule.call_reads_json(&mut store)?;
-                Ok(Running::Component { rule, reads_json })
+                Ok(Running::Rule { rule, reads_json })
             }),
+            Kind::Transform(pre) => pre.instantiate(&mut store).map(Running::Transform),
             Kind::Rego(opa) => opa
                 .instantiate(&mut store)
                 .map(|opa| Running::Rego(Box::new(opa))),
@@ -444,6 +490,25 @@ impl LoadedModule {
     /// The verdicts of a fresh instance on `events`: see `ModuleInstance::decide`.
     pub fn decide(&self, config: &str, events: &[Event<'_>]) -> Result<Vec<Verdict>, ModuleError> {
         self.instantiate()?.decide(config, events)
+    }
+
+    /// The model (JSON) a model transform makes of `model` (JSON) with `config` (JSON), from a
+    /// fresh instance, within the compile budget.
+    pub fn transform(&self, config: &str, model: &str) -> Result<String, ModuleError> {
+        let mut instance = self.instantiate()?;
+        let _ticking = set_budget(&mut instance.store, COMPILE_BUDGET);
+        let store = &mut instance.store;
+        match &instance.running {
+            Running::Transform(transform) => transform.call_transform(store, config, model),
+            Running::Rego(opa) if opa.is_transform() => opa.transform(store, config, model),
+            Running::Rule { .. } | Running::Rego(_) => {
+                return Err(ModuleError::Refused(
+                    "the module is a rule module, not a model transform".to_owned(),
+                ));
+            }
+        }
+        .map_err(ModuleError::failed)?
+        .map_err(ModuleError::Refused)
     }
 }
 
@@ -466,7 +531,8 @@ impl ModuleInstance {
     /// Rego policy's input is the whole event.
     pub fn reads_json(&self) -> bool {
         match &self.running {
-            Running::Component { reads_json, .. } => *reads_json,
+            Running::Rule { reads_json, .. } => *reads_json,
+            Running::Transform(_) => false,
             Running::Rego(_) => true,
         }
     }
@@ -476,7 +542,9 @@ impl ModuleInstance {
         let _ticking = set_budget(&mut self.store, COMPILE_BUDGET);
         let store = &mut self.store;
         match &self.running {
-            Running::Component { rule, .. } => rule.call_compile(store, config, context),
+            Running::Rule { rule, .. } => rule.call_compile(store, config, context),
+            Running::Transform(_) => return Err(not_a_rule_module()),
+            Running::Rego(opa) if opa.is_transform() => return Err(not_a_rule_module()),
             Running::Rego(opa) => opa.compile(store, config, context),
         }
         .map_err(ModuleError::failed)?
@@ -493,7 +561,7 @@ impl ModuleInstance {
         let _ticking = set_budget(&mut self.store, DECIDE_BUDGET);
         let store = &mut self.store;
         let verdicts = match &self.running {
-            Running::Component { rule, reads_json } => {
+            Running::Rule { rule, reads_json } => {
                 let batch = pack(events, *reads_json);
                 let packed = rule
                     .call_decide(store, config, &batch.text, &batch.words)
@@ -509,6 +577,8 @@ impl ModuleInstance {
                     message: format!("verdicts: {message}"),
                 })?
             }
+            Running::Transform(_) => return Err(not_a_rule_module()),
+            Running::Rego(opa) if opa.is_transform() => return Err(not_a_rule_module()),
             Running::Rego(opa) => opa
                 .decide(store, config, events)
                 .map_err(ModuleError::failed)?,

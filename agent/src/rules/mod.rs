@@ -1,8 +1,9 @@
 //! Rule modules: WebAssembly components of the `palisade:rule` world (rule-sdk/wit/rule.wit) that
 //! compile a policy's configuration into kernel rules and decide what happens to its audit
-//! events. They run sandboxed in wasmtime with no imports at all: a memory cap per instance and a
-//! time budget per call (epoch interruption). A module that misbehaves is stopped within its
-//! budget, the call fails with a reason, and the agent goes on.
+//! events; model transforms, of the package's `model-transform` world, rewrite behaviour models
+//! (`crate::behavior::transform`). They run sandboxed in wasmtime with no imports at all: a
+//! memory cap per instance and a time budget per call (epoch interruption). A module that
+//! misbehaves is stopped within its budget, the call fails with a reason, and the agent goes on.
 
 mod abi;
 mod build;

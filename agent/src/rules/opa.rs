@@ -1,13 +1,16 @@
-//! Rego policies compiled by `opa build -t wasm` (OPA's Wasm ABI 1.x) as rule modules. The
-//! policy is a core module importing its memory and a few `env` functions; its entrypoints
-//! `palisade/compile` and `palisade/decide` play the parts of the component exports:
+//! Rego policies compiled by `opa build -t wasm` (OPA's Wasm ABI 1.x) as rule modules and model
+//! transforms. The policy is a core module importing its memory and a few `env` functions; its
+//! entrypoints `palisade/compile` and `palisade/decide` (a rule module), or `palisade/transform`
+//! (a model transform), play the parts of the component exports:
 //!
 //! - `data.palisade.compile`, with input `{"config": ..., "context": {...}}`: a list of rules
 //!   `{"name": N, "action": "deny"|"audit", "files": {"paths": [...], "permissions": [...]}}`
 //!   (or `"exec": [paths]`, `"network": {"addresses", "ports", "protocols"}`, `"mount": [types]`,
 //!   `"capabilities": [names]`), or `{"error": "why"}`;
 //! - `data.palisade.decide`, with input `{"config": ..., "event": {...}}`: `{"keep", "severity",
-//!   "tags", "annotations", "kill"}`, every field optional (undefined: keep the event).
+//!   "tags", "annotations", "kill"}`, every field optional (undefined: keep the event);
+//! - `data.palisade.transform`, with input `{"config": ..., "model": {...}}`: the model to use
+//!   instead, or `{"error": "why"}` (undefined: the model unchanged).
 //!
 //! Builtins the host would have to implement are refused when the module is loaded.
 
@@ -21,12 +24,19 @@ use super::{
 
 pub const COMPILE_ENTRYPOINT: &str = "palisade/compile";
 pub const DECIDE_ENTRYPOINT: &str = "palisade/decide";
+pub const TRANSFORM_ENTRYPOINT: &str = "palisade/transform";
 
-/// A Rego policy checked against the ABI.
+/// A Rego policy checked against the ABI: a rule module or a model transform.
 pub struct OpaModule {
     module: Module,
-    compile: i32,
-    decide: i32,
+    entrypoints: Entrypoints,
+}
+
+/// The entrypoints' numbers in the policy.
+#[derive(Clone, Copy)]
+enum Entrypoints {
+    Rules { compile: i32, decide: i32 },
+    Transform(i32),
 }
 
 /// One instance: its memory, the functions the host calls, and where its heap starts once the
@@ -213,17 +223,34 @@ impl OpaModule {
             entrypoints[name]
                 .as_i64()
                 .and_then(|id| i32::try_from(id).ok())
-                .ok_or_else(|| {
-                    format!(
-                        "no entrypoint {name}: build it with `opa build -t wasm -e {COMPILE_ENTRYPOINT} -e {DECIDE_ENTRYPOINT}`"
-                    )
-                })
+        };
+        let entrypoints = match (
+            entrypoint(COMPILE_ENTRYPOINT),
+            entrypoint(DECIDE_ENTRYPOINT),
+            entrypoint(TRANSFORM_ENTRYPOINT),
+        ) {
+            (Some(compile), Some(decide), None) => Entrypoints::Rules { compile, decide },
+            (None, None, Some(transform)) => Entrypoints::Transform(transform),
+            _ => {
+                return Err(format!(
+                    "its entrypoints must be {COMPILE_ENTRYPOINT} and {DECIDE_ENTRYPOINT} (a rule \
+                     module), or {TRANSFORM_ENTRYPOINT} alone (a model transform): `palisade \
+                     rules build` builds them"
+                ));
+            }
         };
         Ok(Self {
-            compile: entrypoint(COMPILE_ENTRYPOINT)?,
-            decide: entrypoint(DECIDE_ENTRYPOINT)?,
             module,
+            entrypoints,
         })
+    }
+
+    /// What the policy is for: "a rule module" or "a model transform".
+    pub fn purpose(&self) -> &'static str {
+        match self.entrypoints {
+            Entrypoints::Rules { .. } => "a rule module",
+            Entrypoints::Transform(_) => "a model transform",
+        }
     }
 
     /// A fresh instance of the policy.
@@ -231,8 +258,7 @@ impl OpaModule {
         let (instance, memory) = instantiate(store, &self.module)?;
         Ok(OpaInstance {
             opa: Opa::new(store, &instance, memory)?,
-            compile: self.compile,
-            decide: self.decide,
+            entrypoints: self.entrypoints,
         })
     }
 }
@@ -241,11 +267,20 @@ impl OpaModule {
 /// and again.
 pub struct OpaInstance {
     opa: Opa,
-    compile: i32,
-    decide: i32,
+    entrypoints: Entrypoints,
+}
+
+/// An entrypoint the policy does not have: the host asks a rule module only for rules and
+/// verdicts, a model transform only for models.
+fn missing(entrypoint: &str) -> wasmtime::Error {
+    wasmtime::Error::msg(format!("the policy has no entrypoint {entrypoint}"))
 }
 
 impl OpaInstance {
+    pub fn is_transform(&self) -> bool {
+        matches!(self.entrypoints, Entrypoints::Transform(_))
+    }
+
     pub fn compile(
         &self,
         store: &mut Store<State>,
@@ -260,7 +295,10 @@ impl OpaInstance {
                 "kube_apiserver": context.kube_apiserver,
             })
         );
-        let Some(result) = self.opa.eval(store, self.compile, &input)? else {
+        let Entrypoints::Rules { compile, .. } = self.entrypoints else {
+            return Err(missing(COMPILE_ENTRYPOINT));
+        };
+        let Some(result) = self.opa.eval(store, compile, &input)? else {
             return Ok(Ok(Vec::new()));
         };
         if let Some(error) = result.get("error").and_then(serde_json::Value::as_str) {
@@ -281,11 +319,14 @@ impl OpaInstance {
         config: &str,
         events: &[Event<'_>],
     ) -> wasmtime::Result<Vec<Verdict>> {
+        let Entrypoints::Rules { decide, .. } = self.entrypoints else {
+            return Err(missing(DECIDE_ENTRYPOINT));
+        };
         events
             .iter()
             .map(|event| {
                 let input = format!("{{\"config\": {config}, \"event\": {}}}", event.json);
-                let verdict: RegoVerdict = match self.opa.eval(store, self.decide, &input)? {
+                let verdict: RegoVerdict = match self.opa.eval(store, decide, &input)? {
                     Some(result) => serde_json::from_value(result)
                         .map_err(|err| wasmtime::Error::msg(format!("malformed verdict: {err}")))?,
                     None => RegoVerdict::default(),
@@ -293,6 +334,26 @@ impl OpaInstance {
                 Ok(verdict.into())
             })
             .collect()
+    }
+
+    /// The model (JSON) the policy makes of `model` (JSON): see the module's documentation.
+    pub fn transform(
+        &self,
+        store: &mut Store<State>,
+        config: &str,
+        model: &str,
+    ) -> wasmtime::Result<Result<String, String>> {
+        let Entrypoints::Transform(transform) = self.entrypoints else {
+            return Err(missing(TRANSFORM_ENTRYPOINT));
+        };
+        let input = format!("{{\"config\": {config}, \"model\": {model}}}");
+        let Some(result) = self.opa.eval(store, transform, &input)? else {
+            return Ok(Ok(model.to_owned()));
+        };
+        if let Some(error) = result.get("error").and_then(serde_json::Value::as_str) {
+            return Ok(Err(error.to_owned()));
+        }
+        Ok(Ok(result.to_string()))
     }
 }
 

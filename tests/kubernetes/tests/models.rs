@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use kube::{Api, ResourceExt};
-use palisade_agent::behavior::{BehaviorModel, file_record};
+use palisade_agent::behavior::{BehaviorModel, file_record, load_model};
 use palisade_common::{HOOK_FILE_OPEN, PERM_READ};
 use palisade_crds::{ModelState, NodeModel, PalisadeBehaviorModel, PalisadePolicy};
 use palisade_kube_tests::{Agent, Node, admin, apply_policy, eventually, namespace, pod};
@@ -91,7 +91,7 @@ async fn a_policys_pods_are_modeled_into_an_object_of_their_node_owned_by_the_po
     // `palisade model show|diff|to-policy` read the object as kubectl prints it.
     let printed = node.root.join("model.yaml");
     std::fs::write(&printed, serde_yaml::to_string(&object).unwrap()).unwrap();
-    assert_eq!(BehaviorModel::load(&printed).unwrap(), model);
+    assert_eq!(load_model(&printed).unwrap(), model);
 
     // A restarted agent does not model the pods again.
     let kernel = agent.stop();

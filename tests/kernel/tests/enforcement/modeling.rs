@@ -4,7 +4,7 @@
 use std::{net::TcpListener, path::Path, process::Command};
 
 use palisade_agent::{
-    behavior::{Allowlist, BehaviorModel},
+    behavior::{Allowlist, BehaviorModel, load_model},
     policy::{Permission, PortRange, Protocol},
     targets::Cgroup,
 };
@@ -37,7 +37,7 @@ fn written_model(agent: &Agent, path: &str) -> BehaviorModel {
         || Path::new(path).exists(),
         || format!("no model at {path}: {}", agent.log()),
     );
-    BehaviorModel::load(Path::new(path)).unwrap()
+    load_model(Path::new(path)).unwrap()
 }
 
 /// Runs `sh -c script` inside `target`; fails unless it succeeds.
