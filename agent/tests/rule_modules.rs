@@ -732,40 +732,26 @@ fn model_transform_and_to_policy_run_a_transform_from_the_command_line() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    let model_arg = model.to_str().unwrap();
+    // `palisade model COMMAND web.yaml --module MODULE --config CONFIG`
+    let with_module = |command: &str, module: &str, config: &str| {
+        palisade(&[
+            "model", command, model_arg, "--module", module, "--config", config,
+        ])
+    };
     let module_arg = path.to_str().unwrap();
     let config = r#"{"prefixes": ["/data/"]}"#;
-    let (ok, out, err) = palisade(&[
-        "model",
-        "transform",
-        model.to_str().unwrap(),
-        "--module",
-        module_arg,
-        "--config",
-        config,
-    ]);
+    let (ok, out, err) = with_module("transform", module_arg, config);
     assert!(ok, "{err}");
     let written = scratch().join("web-dropped.yaml");
     std::fs::write(&written, &out).unwrap();
     let dropped = load_model(&written).unwrap();
     assert!(!paths(&dropped).contains(&"/data/"), "{out}");
     assert_eq!(dropped.transformed[0].sha256, digest);
-    let (ok, diff, err) = palisade(&[
-        "model",
-        "diff",
-        model.to_str().unwrap(),
-        written.to_str().unwrap(),
-    ]);
+    let (ok, diff, err) = palisade(&["model", "diff", model_arg, written.to_str().unwrap()]);
     assert!(ok, "{err}");
     assert!(diff.contains("  - /data/ (read)"), "{diff}");
-    let (ok, policy, err) = palisade(&[
-        "model",
-        "to-policy",
-        model.to_str().unwrap(),
-        "--module",
-        module_arg,
-        "--config",
-        config,
-    ]);
+    let (ok, policy, err) = with_module("to-policy", module_arg, config);
     assert!(ok, "{err}");
     assert!(
         policy.contains(&format!(
@@ -776,22 +762,8 @@ fn model_transform_and_to_policy_run_a_transform_from_the_command_line() {
     );
     assert!(!policy.contains("- /data/"), "{policy}");
     // Bad input: configuration that is not JSON, a module that is not there.
-    let (ok, _, err) = palisade(&[
-        "model",
-        "to-policy",
-        model.to_str().unwrap(),
-        "--module",
-        module_arg,
-        "--config",
-        "{prefixes",
-    ]);
+    let (ok, _, err) = with_module("to-policy", module_arg, "{prefixes");
     assert!(!ok && err.contains("not JSON"), "{err}");
-    let (ok, _, err) = palisade(&[
-        "model",
-        "transform",
-        model.to_str().unwrap(),
-        "--module",
-        "/nonexistent.wasm",
-    ]);
+    let (ok, _, err) = with_module("transform", "/nonexistent.wasm", config);
     assert!(!ok && err.contains("/nonexistent.wasm"), "{err}");
 }
