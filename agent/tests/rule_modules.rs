@@ -54,6 +54,21 @@ fn module(crate_dir: &str) -> (PathBuf, String) {
         .clone()
 }
 
+/// The module `palisade rules build` makes of the Rego rules `rules` (package `palisade`),
+/// written in a scratch directory `name`, and its digest.
+fn rego_module(name: &str, rules: &str) -> (PathBuf, String) {
+    let dir = scratch().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join(format!("{name}.rego")),
+        format!("package palisade\n\n{rules}"),
+    )
+    .unwrap();
+    let out = dir.join(format!("{name}.wasm"));
+    let digest = palisade_agent::rules::build(&dir, &out).unwrap();
+    (out, digest)
+}
+
 fn context() -> Context {
     Context {
         policy: "test".to_owned(),
@@ -570,15 +585,10 @@ fn a_rego_module_runs_its_fixtures_and_its_builtins_are_checked_at_load() {
     assert_eq!(compiled.rule_name(2), Some("egress/egress"));
     assert!(host.load(&path, &digest).is_ok());
     // A policy needing a builtin the agent does not provide is refused when loaded.
-    let dir = scratch().join("needs-sprintf");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("p.rego"),
-        "package palisade\n\ncompile := [] if true\n\ndecide := {\"tags\": [sprintf(\"%v\", [input.event.pid])]} if true\n",
-    )
-    .unwrap();
-    let out = dir.join("needs-sprintf.wasm");
-    let digest = palisade_agent::rules::build(&dir, &out).unwrap();
+    let (out, digest) = rego_module(
+        "needs-sprintf",
+        "compile := [] if true\n\ndecide := {\"tags\": [sprintf(\"%v\", [input.event.pid])]} if true\n",
+    );
     let err = host.load(&out, &digest).err().expect("refused");
     assert!(
         err.to_string()
@@ -676,15 +686,10 @@ fn a_rego_model_transform_drops_paths_and_may_not_change_what_the_model_is_of() 
         .to_string();
     assert!(err.contains("`prefixes` lists nothing to drop"), "{err}");
     // A transform that retargets the model is refused, with the field it changed.
-    let dir = scratch().join("retarget");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("retarget.rego"),
-        "package palisade\n\ntransform := object.union(input.model, {\"target\": \"/elsewhere\"})\n",
-    )
-    .unwrap();
-    let retarget = dir.join("retarget.wasm");
-    palisade_agent::rules::build(&dir, &retarget).unwrap();
+    let (retarget, _) = rego_module(
+        "retarget",
+        "transform := object.union(input.model, {\"target\": \"/elsewhere\"})\n",
+    );
     let err = transform(&host, &retarget, &serde_json::json!({}), &model).unwrap_err();
     assert!(matches!(err, TransformError::Changed("target")), "{err}");
 }

@@ -492,23 +492,9 @@ impl LoadedModule {
         self.instantiate()?.decide(config, events)
     }
 
-    /// The model (JSON) a model transform makes of `model` (JSON) with `config` (JSON), from a
-    /// fresh instance, within the compile budget.
+    /// The model a fresh instance makes of `model`: see `ModuleInstance::transform`.
     pub fn transform(&self, config: &str, model: &str) -> Result<String, ModuleError> {
-        let mut instance = self.instantiate()?;
-        let _ticking = set_budget(&mut instance.store, COMPILE_BUDGET);
-        let store = &mut instance.store;
-        match &instance.running {
-            Running::Transform(transform) => transform.call_transform(store, config, model),
-            Running::Rego(opa) if opa.is_transform() => opa.transform(store, config, model),
-            Running::Rule { .. } | Running::Rego(_) => {
-                return Err(ModuleError::Refused(
-                    "the module is a rule module, not a model transform".to_owned(),
-                ));
-            }
-        }
-        .map_err(ModuleError::failed)?
-        .map_err(ModuleError::Refused)
+        self.instantiate()?.transform(config, model)
     }
 }
 
@@ -546,6 +532,24 @@ impl ModuleInstance {
             Running::Transform(_) => return Err(not_a_rule_module()),
             Running::Rego(opa) if opa.is_transform() => return Err(not_a_rule_module()),
             Running::Rego(opa) => opa.compile(store, config, context),
+        }
+        .map_err(ModuleError::failed)?
+        .map_err(ModuleError::Refused)
+    }
+
+    /// The model (JSON) a model transform makes of `model` (JSON) with `config` (JSON), within
+    /// the compile budget.
+    pub fn transform(&mut self, config: &str, model: &str) -> Result<String, ModuleError> {
+        let _ticking = set_budget(&mut self.store, COMPILE_BUDGET);
+        let store = &mut self.store;
+        match &self.running {
+            Running::Transform(transform) => transform.call_transform(store, config, model),
+            Running::Rego(opa) if opa.is_transform() => opa.transform(store, config, model),
+            Running::Rule { .. } | Running::Rego(_) => {
+                return Err(ModuleError::Refused(
+                    "the module is a rule module, not a model transform".to_owned(),
+                ));
+            }
         }
         .map_err(ModuleError::failed)?
         .map_err(ModuleError::Refused)
