@@ -190,7 +190,7 @@ fn model_show_summarizes_a_model_as_text_and_json() {
     for line in [
         "model of policy \"web\" (/etc/palisade/policies/web.yaml)",
         "recorded: 2026-11-28T04:00:00Z to 2026-11-28T04:01:30Z (90 s)",
-        "files (6):",
+        "files (7):",
         "/data/  (file_open): 10000 files collapsed, more than 32 files of /data/",
         "executables (2):",
         "       2  /bin/busybox",
@@ -291,14 +291,22 @@ fn model_to_policy_writes_a_reviewable_allowlist() {
     let from_json: palisade_agent::policy::Policy = serde_json::from_str(&out).unwrap();
     assert_eq!(from_json, policy, "the same policy in both outputs");
 
-    // Not enforced yet: the agent says so instead of taking the allowlist for enforced.
+    // The allowlist compiles: one rule denying (a trial: reporting) what it does not allow.
     let file = dir.join("web.yaml");
     std::fs::write(&file, &yaml).unwrap();
-    let (code, _, err) = palisade(&["policy", "compile", file.to_str().unwrap()]);
-    assert_eq!(code, 1);
+    let (code, out, err) = palisade(&["policy", "compile", file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("rule 1 \"defense-in-depth\": Deny\n"), "{out}");
     assert!(
-        err.contains("spec.mode: DefenseInDepth is not enforced by this version of the agent yet"),
-        "{err}"
+        out.contains(
+            "denied unless allowed: read,write,append,exec,connect,capabilities,network,sockets,\
+             mount: audit(rule 1)\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("path_prefixes \"/bin/busybox\\x00\": exec=allow(rule 0)\n"),
+        "{out}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

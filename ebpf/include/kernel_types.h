@@ -220,6 +220,13 @@ struct task_struct {
 #define BPF_MAP_GET_FD_BY_ID_CMD 14
 #define BPF_LINK_GET_FD_BY_ID_CMD 30
 #define CAP_OPT_NOAUDIT (1 << 1)
+#define MS_REMOUNT 32
+#define MS_BIND 4096
+#define MS_MOVE 8192
+#define MS_UNBINDABLE (1 << 17)
+#define MS_PRIVATE (1 << 18)
+#define MS_SLAVE (1 << 19)
+#define MS_SHARED (1 << 20)
 #define FMODE_READ 0x1
 #define FMODE_WRITE 0x2
 #define FMODE_EXEC 0x20

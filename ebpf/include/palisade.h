@@ -45,6 +45,9 @@ typedef uint64_t __u64;
 #define PALISADE_ACTION_NONE 0
 #define PALISADE_ACTION_AUDIT 1
 #define PALISADE_ACTION_DENY 2
+/* Beside those, in the entries of a DefenseInDepth policy only: an allow rule covers the
+ * operation, so the policy's default denial does not apply to it. Never part of a decision. */
+#define PALISADE_ACTION_ALLOW 4
 
 /* Hooks named in events. */
 #define PALISADE_HOOK_FILE_OPEN 1
@@ -100,6 +103,8 @@ typedef uint64_t __u64;
 #define PALISADE_FS_TYPE_LEN 16
 /* A socket rule for every protocol of a family. */
 #define PALISADE_ANY_PROTOCOL 0xffffffffu
+/* The protocol of a socket allow entry by type: this bit with the type (SOCK_STREAM...). */
+#define PALISADE_SOCKET_TYPE (1u << 31)
 
 /* Bits of palisade_policy.lookups: the lookup structures a policy has entries in. */
 #define PALISADE_LOOKUP_MOUNT_TYPES (1u << 0)
@@ -115,6 +120,13 @@ typedef uint64_t __u64;
 /* BehaviorModeling: the hooks record what the policy's targets do in `model_records`, under the
  * policy's model_id. */
 #define PALISADE_POLICY_MODELING (1u << 1)
+
+/* Bits of palisade_policy.defaults: what a DefenseInDepth policy denies unless an allow rule
+ * covers it. Files by permission: the PALISADE_PERM_* bits. */
+#define PALISADE_DEFAULT_CAPABILITIES (1u << 8)
+#define PALISADE_DEFAULT_NETWORK (1u << 9)
+#define PALISADE_DEFAULT_SOCKETS (1u << 10)
+#define PALISADE_DEFAULT_MOUNT (1u << 11)
 
 /* Bytes of a cgroup's name in a `pending` key (with its NUL): a systemd pod slice is ~65. */
 #define PALISADE_CGROUP_NAME_LEN 128
@@ -191,7 +203,8 @@ struct palisade_policy {
 	__u32 lookups; /* PALISADE_LOOKUP_* */
 	__u32 flags;   /* PALISADE_POLICY_* */
 	__u32 model_id; /* PALISADE_POLICY_MODELING: the model its targets' records go to */
-	__u32 reserved;
+	__u32 defaults; /* PALISADE_DEFAULT_* and PALISADE_PERM_* */
+	struct palisade_verdict default_deny; /* on what `defaults` covers and no rule allows */
 	struct palisade_verdict capability[PALISADE_CAP_COUNT];
 	struct palisade_verdict userns_capability; /* any capability in a non-initial user ns */
 	struct palisade_verdict mount;              /* every mount, remount, bind, move */

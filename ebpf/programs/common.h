@@ -314,12 +314,25 @@ static __always_inline int find_subject(struct subject *subject)
 	return 1;
 }
 
+/* Adds a rule's action to a decision: the stronger one wins (an allow bit is no action). */
 static __always_inline void consider(struct palisade_verdict *d, __u32 action, __u32 rule_id)
 {
+	action &= ~PALISADE_ACTION_ALLOW;
 	if (action > d->action) {
 		d->action = action;
 		d->rule_id = rule_id;
 	}
+}
+
+/* DefenseInDepth: adds the policy's default denial when the operation falls in one of
+ * `categories` (PALISADE_DEFAULT_* or PALISADE_PERM_* bits) that the policy denies unless
+ * allowed; callers pass only the categories no allow rule covered. */
+static __always_inline void deny_by_default(struct palisade_verdict *d,
+					    const struct subject *subject, __u32 categories)
+{
+	if (subject->policy->defaults & categories)
+		consider(d, subject->policy->default_deny.action,
+			 subject->policy->default_deny.rule_id);
 }
 
 static __always_inline int verdict_error(const struct palisade_verdict *d)

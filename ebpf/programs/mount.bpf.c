@@ -27,9 +27,23 @@ static __always_inline void consider_fs_type(struct palisade_verdict *d,
 		consider(d, rule->action, rule->rule_id);
 }
 
+/* DefenseInDepth: a mount operation on a file system of a type no allow rule names (or of no
+ * type: a bind mount, a remount) is denied by default. */
+static __always_inline void deny_mount_by_default(struct palisade_verdict *d,
+						  const struct subject *subject,
+						  const __u8 fs_type[PALISADE_FS_TYPE_LEN])
+{
+	if (!(subject->policy->defaults & PALISADE_DEFAULT_MOUNT))
+		return;
+	struct palisade_mount_type_key key = { .policy_id = subject->target->policy_id };
+	__builtin_memcpy(key.fs_type, fs_type, PALISADE_FS_TYPE_LEN);
+	struct palisade_verdict *rule = bpf_map_lookup_elem(&mount_types, &key);
+	if (!rule || !(rule->action & PALISADE_ACTION_ALLOW))
+		deny_by_default(d, subject, PALISADE_DEFAULT_MOUNT);
+}
+
 /* Records (when modeling) and decides a mount hook's operation on a file system of `fs_type`. */
-static __always_inline int decide_mount(const struct palisade_verdict *d,
-					const struct subject *subject,
+static __always_inline int decide_mount(struct palisade_verdict *d, const struct subject *subject,
 					const __u8 fs_type[PALISADE_FS_TYPE_LEN])
 {
 	if (modeling(subject)) {
@@ -39,6 +53,7 @@ static __always_inline int decide_mount(const struct palisade_verdict *d,
 			count_record(record);
 		}
 	}
+	deny_mount_by_default(d, subject, fs_type);
 	if (d->action == PALISADE_ACTION_NONE)
 		return 0;
 	struct palisade_event *e = record(d, subject);
@@ -71,10 +86,14 @@ int TARGET_HOOK(sb_mount, const char *dev_name, const struct path *path, const c
 	SUBJECT(subject, PALISADE_HOOK_SB_MOUNT);
 	if (!find_subject(&subject))
 		return 0;
+	/* The type names the file system only of a new mount: the kernel ignores it otherwise. */
+	const unsigned long not_new = MS_REMOUNT | MS_BIND | MS_MOVE | MS_UNBINDABLE | MS_PRIVATE |
+				      MS_SLAVE | MS_SHARED;
 	__u8 fs_type[PALISADE_FS_TYPE_LEN] = {};
-	if (type)
+	if (type && !(flags & not_new))
 		bpf_probe_read_kernel_str(fs_type, sizeof(fs_type), type);
-	return decide_mount(&subject.policy->mount, &subject, fs_type);
+	struct palisade_verdict d = subject.policy->mount;
+	return decide_mount(&d, &subject, fs_type);
 }
 
 SEC("lsm/sb_kern_mount")
@@ -120,5 +139,6 @@ int TARGET_HOOK(sb_umount, struct vfsmount *mnt, int flags, int ret)
 		return 0;
 	__u8 fs_type[PALISADE_FS_TYPE_LEN] = {};
 	bpf_probe_read_kernel_str(fs_type, sizeof(fs_type), BPF_CORE_READ(mnt, mnt_sb, s_type, name));
-	return decide_mount(&subject.policy->umount, &subject, fs_type);
+	struct palisade_verdict d = subject.policy->umount;
+	return decide_mount(&d, &subject, fs_type);
 }

@@ -49,13 +49,17 @@ int TARGET_HOOK(socket_create, int family, int type, int protocol, int kern, int
 		.protocol = real_protocol,
 	};
 	struct palisade_verdict d = {};
-	struct palisade_verdict *rule = bpf_map_lookup_elem(&sockets, &key);
-	if (rule)
-		consider(&d, rule->action, rule->rule_id);
-	key.protocol = PALISADE_ANY_PROTOCOL;
-	rule = bpf_map_lookup_elem(&sockets, &key);
-	if (rule)
-		consider(&d, rule->action, rule->rule_id);
+	__u32 allowed = 0;
+	__u32 protocols[] = { real_protocol, PALISADE_ANY_PROTOCOL, PALISADE_SOCKET_TYPE | type };
+	for (__u32 i = 0; i < sizeof(protocols) / sizeof(protocols[0]); i++) {
+		key.protocol = protocols[i];
+		struct palisade_verdict *rule = bpf_map_lookup_elem(&sockets, &key);
+		if (rule) {
+			consider(&d, rule->action, rule->rule_id);
+			allowed |= rule->action & PALISADE_ACTION_ALLOW;
+		}
+	}
+	deny_by_default(&d, &subject, allowed ? 0 : PALISADE_DEFAULT_SOCKETS);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
 	struct palisade_event *e = record(&d, &subject);
@@ -68,15 +72,17 @@ int TARGET_HOOK(socket_create, int family, int type, int protocol, int kern, int
 	return verdict_error(&d);
 }
 
-/* Looks up one (protocol, port) of the network trie. */
-static __always_inline void match_destination(struct palisade_network_key *key, __u8 protocol,
-					      __u16 port, struct palisade_verdict *d)
+/* Looks up one (protocol, port) of the network trie; returns its allow bit. */
+static __always_inline __u32 match_destination(struct palisade_network_key *key, __u8 protocol,
+					       __u16 port, struct palisade_verdict *d)
 {
 	key->data.protocol = protocol;
 	key->data.port = port;
 	struct palisade_verdict *rule = bpf_map_lookup_elem(&network, key);
-	if (rule)
-		consider(d, rule->action, rule->rule_id);
+	if (!rule)
+		return 0;
+	consider(d, rule->action, rule->rule_id);
+	return rule->action & PALISADE_ACTION_ALLOW;
 }
 
 /* Decides traffic from `sock` to the address at `address` (kernel memory, `len` bytes). */
@@ -121,10 +127,10 @@ static __always_inline int check_destination(__u32 hook, struct socket *sock, vo
 	if (!(subject.policy->lookups & PALISADE_LOOKUP_NETWORK))
 		return 0;
 	struct palisade_verdict d = {};
-	match_destination(&key, rule_protocol, port, &d);
-	match_destination(&key, rule_protocol, 0, &d);
-	match_destination(&key, 0, port, &d);
-	match_destination(&key, 0, 0, &d);
+	__u32 allowed = match_destination(&key, rule_protocol, port, &d) |
+			match_destination(&key, rule_protocol, 0, &d) |
+			match_destination(&key, 0, port, &d) | match_destination(&key, 0, 0, &d);
+	deny_by_default(&d, &subject, allowed ? 0 : PALISADE_DEFAULT_NETWORK);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
 	struct palisade_event *e = record(&d, &subject);
@@ -208,7 +214,8 @@ int TARGET_HOOK(unix_stream_connect, struct sock *sock, struct sock *other, stru
 	if (modeling(&subject))
 		record_file(&subject, s, len, PALISADE_PERM_CONNECT);
 	struct palisade_verdict d = {};
-	match_path(subject.target, s, len, PALISADE_PERM_CONNECT, &d);
+	__u32 allowed = match_path(subject.target, s, len, PALISADE_PERM_CONNECT, &d);
+	deny_by_default(&d, &subject, PALISADE_PERM_CONNECT & ~allowed);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
 	return decide_path(&d, &subject, s, NULL, PALISADE_PERM_CONNECT, 0);

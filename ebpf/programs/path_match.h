@@ -9,9 +9,9 @@
 
 #include "model.h"
 
-static __always_inline void match_globs(const struct palisade_target *target, struct scratch *s,
-					__u32 chars, __u64 candidates, __u32 perms,
-					struct palisade_verdict *d)
+static __always_inline __u32 match_globs(const struct palisade_target *target, struct scratch *s,
+					 __u32 chars, __u64 candidates, __u32 perms,
+					 struct palisade_verdict *d)
 {
 	struct palisade_trie_key *key = &s->key;
 	__u32 n = chars > PALISADE_KEY_PATH_LEN ? PALISADE_KEY_PATH_LEN : chars;
@@ -23,8 +23,9 @@ static __always_inline void match_globs(const struct palisade_target *target, st
 	key->prefixlen = PALISADE_TRIE_FIXED_BITS + n * 8;
 	struct palisade_path_verdict *suffix = bpf_map_lookup_elem(&path_suffixes, key);
 	if (!suffix)
-		return;
+		return 0;
 	__u64 matched = candidates & suffix->glob_mask;
+	__u32 allowed = 0;
 	/* `matched` is never modified in the loop, so that the verifier's states converge. */
 	for (__u32 i = 0; i < PALISADE_MAX_GLOBS; i++) {
 		if (!(matched >> i))
@@ -33,14 +34,19 @@ static __always_inline void match_globs(const struct palisade_target *target, st
 			continue;
 		struct palisade_glob_key glob_key = { .policy_id = target->policy_id, .index = i };
 		struct palisade_glob_rule *glob = bpf_map_lookup_elem(&globs, &glob_key);
-		if (glob && chars >= glob->min_len && (glob->perms & perms))
+		if (glob && chars >= glob->min_len && (glob->perms & perms)) {
 			consider(d, glob->action, glob->rule_id);
+			if (glob->action & PALISADE_ACTION_ALLOW)
+				allowed |= glob->perms & perms;
+		}
 	}
+	return allowed;
 }
 
-/* Decides `perms` on the path of `len` bytes (with its NUL) in s->path. */
-static __always_inline void match_path(const struct palisade_target *target, struct scratch *s,
-				       long len, __u32 perms, struct palisade_verdict *d)
+/* Decides `perms` on the path of `len` bytes (with its NUL) in s->path; returns the permissions
+ * of `perms` an allow rule covers. */
+static __always_inline __u32 match_path(const struct palisade_target *target, struct scratch *s,
+					long len, __u32 perms, struct palisade_verdict *d)
 {
 	struct palisade_trie_key *key = &s->key;
 	__u32 n = len > PALISADE_KEY_PATH_LEN ? PALISADE_KEY_PATH_LEN : len;
@@ -49,14 +55,19 @@ static __always_inline void match_path(const struct palisade_target *target, str
 	__builtin_memcpy(key->data.path, s->path, sizeof(key->data.path));
 	struct palisade_path_verdict *prefix = bpf_map_lookup_elem(&path_prefixes, key);
 	if (!prefix)
-		return;
+		return 0;
+	__u32 allowed = 0;
 	for (__u32 i = 0; i < PALISADE_PERM_COUNT; i++) {
-		if (perms & (1u << i))
-			consider(d, prefix->action[i], prefix->rule_id[i]);
+		if (!(perms & (1u << i)))
+			continue;
+		consider(d, prefix->action[i], prefix->rule_id[i]);
+		if (prefix->action[i] & PALISADE_ACTION_ALLOW)
+			allowed |= 1u << i;
 	}
 	/* A non-empty mask means this policy has globs starting with a prefix of the path. */
 	if (prefix->glob_mask)
-		match_globs(target, s, len - 1, prefix->glob_mask, perms, d);
+		allowed |= match_globs(target, s, len - 1, prefix->glob_mask, perms, d);
+	return allowed;
 }
 
 /* find_subject, and the per-CPU scratch memory a path decision works in: NULL when the task is
@@ -92,7 +103,8 @@ static const struct palisade_verdict path_outside_mount = {
 /*
  * Decides `perms` by the subject's path rules on what a path resolver answered: a path of `len`
  * bytes with its NUL in s->path, PATH_OUTSIDE_MOUNT, or another error (a path too long or too
- * deep: allowed and counted). s->path is left empty when there is no path to report.
+ * deep: allowed and counted). s->path is left empty when there is no path to report. Then denies
+ * by default (DefenseInDepth) the permissions no allow rule covered, where there was a path.
  */
 static __always_inline void match_resolved(const struct subject *subject, struct scratch *s,
 					   long len, __u32 perms, struct palisade_verdict *d)
@@ -109,7 +121,7 @@ static __always_inline void match_resolved(const struct subject *subject, struct
 		return;
 	}
 	if (has_paths(subject))
-		match_path(subject->target, s, len, perms, d);
+		deny_by_default(d, subject, perms & ~match_path(subject->target, s, len, perms, d));
 }
 
 /* Reports a path decision (the path is in s->path) and returns its error. */

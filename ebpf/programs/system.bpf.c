@@ -15,12 +15,18 @@ int TARGET_HOOK(capable, const void *cred, struct user_namespace *ns, int cap, u
 	if (modeling(&subject) && !(opts & CAP_OPT_NOAUDIT))
 		record_operation(&subject, PALISADE_MODEL_CAPABILITY, cap);
 	struct palisade_verdict d = {};
-	if (cap >= 0 && cap < PALISADE_CAP_COUNT)
-		d = subject.policy->capability[cap & (PALISADE_CAP_COUNT - 1)];
+	__u32 allowed = 0;
+	if (cap >= 0 && cap < PALISADE_CAP_COUNT) {
+		struct palisade_verdict *rule =
+			&subject.policy->capability[cap & (PALISADE_CAP_COUNT - 1)];
+		consider(&d, rule->action, rule->rule_id);
+		allowed = rule->action & PALISADE_ACTION_ALLOW;
+	}
 	/* A capability held in a user namespace the target created (or entered). */
 	if (BPF_CORE_READ(ns, level) > 0)
 		consider(&d, subject.policy->userns_capability.action,
 			 subject.policy->userns_capability.rule_id);
+	deny_by_default(&d, &subject, allowed ? 0 : PALISADE_DEFAULT_CAPABILITIES);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
 	/* Checks the kernel makes without auditing (probes, not uses) are denied unreported. */

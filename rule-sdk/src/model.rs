@@ -180,6 +180,24 @@ pub fn socket_type_name(kind: u32) -> String {
     named(SOCKET_TYPES, kind)
 }
 
+fn numbered(names: &[(u32, &str)], name: &str) -> Option<u32> {
+    names
+        .iter()
+        .find(|(_, known)| *known == name)
+        .map(|(number, _)| *number)
+        .or_else(|| name.parse().ok())
+}
+
+/// The address family `family_name` writes as `name`.
+pub fn family_number(name: &str) -> Option<u32> {
+    numbered(FAMILIES, name)
+}
+
+/// The socket type `socket_type_name` writes as `name`.
+pub fn socket_type_number(name: &str) -> Option<u32> {
+    numbered(SOCKET_TYPES, name)
+}
+
 /// The name of IP protocol `number` where it has a common one.
 pub fn protocol_name(number: u32) -> String {
     match number {
@@ -246,5 +264,22 @@ impl fmt::Display for Mount {
 impl fmt::Display for Operation {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         write!(f, "{} {}", self.hook, self.arg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_and_socket_types_read_back_by_name_or_number() {
+        for number in [1, 2, 10, 16, 17, 38, 40, 44] {
+            assert_eq!(family_number(&family_name(number)), Some(number));
+        }
+        for number in 1..=10 {
+            assert_eq!(socket_type_number(&socket_type_name(number)), Some(number));
+        }
+        assert_eq!(family_number("inet7"), None);
+        assert_eq!(socket_type_number("river"), None);
     }
 }

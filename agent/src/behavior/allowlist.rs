@@ -89,7 +89,7 @@ impl Allowlist {
                 .to_owned(),
             "allowViolations: a trial, where nothing is denied and each operation it would deny"
                 .to_owned(),
-            "is reported once; set it to false to enforce.".to_owned(),
+            "is reported; set it to false to enforce.".to_owned(),
         ];
         if !model.complete {
             list.header.push(format!(
@@ -171,11 +171,19 @@ impl Allowlist {
                 ));
                 continue;
             }
-            self.describe(file);
-            by_permissions
-                .entry(permissions)
-                .or_default()
-                .insert(file.path.clone());
+            let path = match any_process(&file.path) {
+                Some(path) => {
+                    let about = "any process's: a process's own files in /proc are named by its \
+                                 PID, which differs from run to run";
+                    self.about_path.insert(path.clone(), about.to_owned());
+                    path
+                }
+                None => {
+                    self.describe(file);
+                    file.path.clone()
+                }
+            };
+            by_permissions.entry(permissions).or_default().insert(path);
         }
         by_permissions
             .into_iter()
@@ -327,6 +335,14 @@ impl Allowlist {
 }
 
 /// Sockets by family, with their types.
+/// `/proc/PID/REST` as `/proc/**/REST`: what a process reads of itself (through /proc/self/) is
+/// recorded under its PID.
+fn any_process(path: &str) -> Option<String> {
+    let (pid, rest) = path.strip_prefix("/proc/")?.split_once('/')?;
+    (!pid.is_empty() && pid.bytes().all(|byte| byte.is_ascii_digit()))
+        .then(|| format!("/proc/**/{rest}"))
+}
+
 fn sockets(model: &BehaviorModel) -> Vec<SocketAllow> {
     let mut families: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
     for socket in &model.sockets {
@@ -408,7 +424,7 @@ mod tests {
             allow.files,
             [
                 FileAllow {
-                    paths: vec!["/data/".into(), "/etc/hosts".into()],
+                    paths: vec!["/data/".into(), "/etc/hosts".into(), "/proc/**/maps".into()],
                     permissions: vec![Permission::Read],
                 },
                 FileAllow {

@@ -4,7 +4,10 @@
 
 use std::{io::Write, net::Ipv6Addr, path::Path};
 
-use palisade_common::{ACTION_AUDIT, ACTION_DENY, PathVerdict, Verdict};
+use palisade_common::{
+    ACTION_ALLOW, ACTION_AUDIT, ACTION_DENY, DEFAULT_CAPABILITIES, DEFAULT_MOUNT, DEFAULT_NETWORK,
+    DEFAULT_SOCKETS, PathVerdict, SOCKET_TYPE, Verdict,
+};
 
 use crate::{
     policy::{
@@ -30,12 +33,22 @@ pub fn load_and_compile(
     Ok((policy, compiled))
 }
 
-fn action_name(action: u32) -> &'static str {
-    match action {
-        a if a == ACTION_DENY | ACTION_AUDIT => "deny+audit",
-        ACTION_DENY => "deny",
-        ACTION_AUDIT => "audit",
-        _ => "none",
+/// An action's bits by name, as "deny+audit"; an entry of a DefenseInDepth policy may add
+/// "allow".
+fn action_name(action: u32) -> String {
+    let names: Vec<&str> = [
+        (ACTION_DENY, "deny"),
+        (ACTION_AUDIT, "audit"),
+        (ACTION_ALLOW, "allow"),
+    ]
+    .into_iter()
+    .filter(|(bit, _)| action & bit != 0)
+    .map(|(_, name)| name)
+    .collect();
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join("+")
     }
 }
 
@@ -92,6 +105,25 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
         )?;
     }
     let switches = &compiled.entries().switches;
+    if switches.defaults != 0 {
+        let mut denied = permission_names(switches.defaults).to_vec();
+        for (bit, name) in [
+            (DEFAULT_CAPABILITIES, "capabilities"),
+            (DEFAULT_NETWORK, "network"),
+            (DEFAULT_SOCKETS, "sockets"),
+            (DEFAULT_MOUNT, "mount"),
+        ] {
+            if switches.defaults & bit != 0 {
+                denied.push(name);
+            }
+        }
+        writeln!(
+            out,
+            "denied unless allowed: {}: {}",
+            denied.join(","),
+            verdict(&switches.default_deny)
+        )?;
+    }
     for (cap, name) in CAPABILITIES.iter().enumerate() {
         if switches.capability[cap].action != 0 {
             writeln!(
@@ -133,14 +165,11 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
     }
     for ((family, protocol), rule) in &compiled.entries().sockets {
         let protocol = match *protocol {
-            palisade_common::ANY_PROTOCOL => "any".to_owned(),
-            protocol => protocol.to_string(),
+            palisade_common::ANY_PROTOCOL => "protocol any".to_owned(),
+            protocol if protocol & SOCKET_TYPE != 0 => format!("type {}", protocol & !SOCKET_TYPE),
+            protocol => format!("protocol {protocol}"),
         };
-        writeln!(
-            out,
-            "sockets family {family} protocol {protocol}: {}",
-            verdict(rule)
-        )?;
+        writeln!(out, "sockets family {family} {protocol}: {}", verdict(rule))?;
     }
     for entry in &compiled.entries().network {
         let address = Ipv6Addr::from(entry.block.addr);

@@ -10,7 +10,7 @@ use super::{
     Action, CustomRules, Mode, OnFailure, Policy, PolicyError,
     catalog::Environment,
     encode::{MapEntries, encode},
-    lower::{Violations, lower, modeling, refuse_defense_in_depth},
+    lower::{Violations, lower, modeling},
 };
 
 /// What one policy compiles to, independent of the policy id it is installed under.
@@ -108,7 +108,6 @@ pub fn compile(
     env: &Environment,
     modules: &[CustomRules],
 ) -> Result<CompiledPolicy, PolicyError> {
-    refuse_defense_in_depth(source, policy)?;
     let modeling = modeling(source, policy)?;
     let rules = lower(source, policy, env, modules)?;
     let mut entries = encode(&rules, Violations::of(policy));

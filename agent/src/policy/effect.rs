@@ -34,6 +34,12 @@ pub enum Effect {
         ports: Vec<u16>,
         protocols: Vec<u8>,
     },
+    /// DefenseInDepth: every file permission, capability, destination, socket and mount is the
+    /// rule's unless `Allow`ed.
+    DenyByDefault,
+    /// What a DefenseInDepth policy allows: exceptions to its `DenyByDefault`, not rules of their
+    /// own (a `Sockets` key may be `SOCKET_TYPE | type`).
+    Allow(Vec<Effect>),
 }
 
 /// A rule class that is on or off for a whole policy: one verdict in its `policies` entry.

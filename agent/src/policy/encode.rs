@@ -10,14 +10,16 @@
 use std::collections::{BTreeMap, HashMap};
 
 use palisade_common::{
-    ACTION_AUDIT, ACTION_DENY, FS_TYPE_LEN, GlobRule, LOOKUP_MOUNT_TYPES, LOOKUP_NETWORK,
-    LOOKUP_PATHS, LOOKUP_SOCKETS, PERM_COUNT, PathVerdict, Policy as KernelPolicy, Verdict,
+    ACTION_ALLOW, ACTION_AUDIT, ACTION_DENY, DEFAULT_CAPABILITIES, DEFAULT_MOUNT, DEFAULT_NETWORK,
+    DEFAULT_SOCKETS, FS_TYPE_LEN, GlobRule, LOOKUP_MOUNT_TYPES, LOOKUP_NETWORK, LOOKUP_PATHS,
+    LOOKUP_SOCKETS, PERM_COUNT, PathVerdict, Policy as KernelPolicy, Verdict,
 };
 
 use super::{
     Action, Pattern,
     effect::{AddressBlock, Effect},
     lower::{Rule, Violations},
+    permission::EVERY_PERMISSION,
 };
 
 /// The entries one policy installs, keyed without the policy id they are installed under.
@@ -62,13 +64,27 @@ fn kernel_action(action: Action, violations: Violations) -> u32 {
     }
 }
 
-/// Adds a verdict: the stronger action wins, then the first rule.
+/// What `Effect::DenyByDefault` denies unless allowed: every file permission and the other
+/// kinds of operation a behaviour model records.
+const DENIED_BY_DEFAULT: u32 =
+    EVERY_PERMISSION | DEFAULT_CAPABILITIES | DEFAULT_NETWORK | DEFAULT_SOCKETS | DEFAULT_MOUNT;
+
+/// The verdict of an allowance (`Effect::Allow`): no rule, only the allow bit.
+const ALLOWED: Verdict = Verdict {
+    action: ACTION_ALLOW,
+    rule_id: 0,
+};
+
+/// Adds a verdict: the stronger action wins, then the first rule; an allow bit, beside them,
+/// stays once either has it.
 fn merge_verdict(into: &mut Verdict, from: Verdict) {
-    if (from.action, std::cmp::Reverse(from.rule_id))
-        > (into.action, std::cmp::Reverse(into.rule_id))
+    let allow = (into.action | from.action) & ACTION_ALLOW;
+    if (from.action & !ACTION_ALLOW, std::cmp::Reverse(from.rule_id))
+        > (into.action & !ACTION_ALLOW, std::cmp::Reverse(into.rule_id))
     {
         *into = from;
     }
+    into.action |= allow;
 }
 
 /// Adds a rule's verdict for `perms` to `verdict`.
@@ -207,6 +223,15 @@ impl Encoder {
                     }
                 }
             }
+            Effect::DenyByDefault => {
+                self.switches.defaults = DENIED_BY_DEFAULT;
+                merge_verdict(&mut self.switches.default_deny, verdict);
+            }
+            Effect::Allow(effects) => {
+                for effect in effects {
+                    self.add(effect, ALLOWED);
+                }
+            }
         }
     }
 
@@ -239,11 +264,25 @@ impl Encoder {
     }
 
     fn finish(mut self) -> MapEntries {
+        // What is denied by default is looked up even without an entry allowing any of it.
+        let defaults = self.switches.defaults;
         let lookups = [
-            (!self.mount_types.is_empty(), LOOKUP_MOUNT_TYPES),
-            (!self.sockets.is_empty(), LOOKUP_SOCKETS),
-            (!self.network.is_empty(), LOOKUP_NETWORK),
-            (!self.prefixes.is_empty(), LOOKUP_PATHS),
+            (
+                !self.mount_types.is_empty() || defaults & DEFAULT_MOUNT != 0,
+                LOOKUP_MOUNT_TYPES,
+            ),
+            (
+                !self.sockets.is_empty() || defaults & DEFAULT_SOCKETS != 0,
+                LOOKUP_SOCKETS,
+            ),
+            (
+                !self.network.is_empty() || defaults & DEFAULT_NETWORK != 0,
+                LOOKUP_NETWORK,
+            ),
+            (
+                !self.prefixes.is_empty() || defaults & EVERY_PERMISSION != 0,
+                LOOKUP_PATHS,
+            ),
         ];
         self.switches.lookups = lookups
             .iter()

@@ -4,7 +4,10 @@
 
 use std::net::IpAddr;
 
-use palisade_common::{PERM_COUNT, PathVerdict, Verdict};
+use palisade_common::{
+    ACTION_ALLOW, DEFAULT_CAPABILITIES, DEFAULT_MOUNT, DEFAULT_NETWORK, PERM_COUNT, PathVerdict,
+    Verdict,
+};
 
 use super::{
     effect::AddressBlock,
@@ -22,58 +25,67 @@ impl MapEntries {
                 .max_by_key(|entry| entry.key.len())
                 .map(|entry| &entry.verdict)
         }
-        // As the kernel's `consider`: a stronger action wins, the first one on a tie.
         let mut best = Verdict::default();
-        let mut consider = |action: u32, rule_id: u32| {
-            if action > best.action {
-                best = Verdict { action, rule_id };
-            }
-        };
+        let mut allowed = 0;
         let mut key = path.as_bytes().to_vec();
         key.push(0);
-        let Some(prefix) = longest(&self.prefixes, &key) else {
-            return best;
-        };
-        for i in 0..PERM_COUNT as usize {
-            if perms & (1 << i) != 0 {
-                consider(prefix.action[i], prefix.rule_id[i]);
+        if let Some(prefix) = longest(&self.prefixes, &key) {
+            for i in 0..PERM_COUNT as usize {
+                if perms & (1 << i) != 0 {
+                    consider(&mut best, prefix.action[i], prefix.rule_id[i]);
+                    if allows(prefix.action[i]) {
+                        allowed |= 1 << i;
+                    }
+                }
             }
-        }
-        let reversed: Vec<u8> = path.bytes().rev().collect();
-        if let Some(suffix) = longest(&self.suffixes, &reversed) {
-            let matched = prefix.glob_mask & suffix.glob_mask;
-            for (i, glob) in self.globs.iter().enumerate() {
-                if matched & (1 << i) != 0
-                    && path.len() as u32 >= glob.min_len
-                    && glob.perms & perms != 0
-                {
-                    consider(glob.action, glob.rule_id);
+            let reversed: Vec<u8> = path.bytes().rev().collect();
+            if let Some(suffix) = longest(&self.suffixes, &reversed) {
+                let matched = prefix.glob_mask & suffix.glob_mask;
+                for (i, glob) in self.globs.iter().enumerate() {
+                    if matched & (1 << i) != 0
+                        && path.len() as u32 >= glob.min_len
+                        && glob.perms & perms != 0
+                    {
+                        consider(&mut best, glob.action, glob.rule_id);
+                        if allows(glob.action) {
+                            allowed |= glob.perms & perms;
+                        }
+                    }
                 }
             }
         }
-        best
+        self.deny_by_default(best, perms & !allowed)
     }
 
     /// Using capability `number`.
     pub fn decide_capability(&self, number: u32) -> Verdict {
-        self.switches.capability[number as usize]
+        let rule = self.switches.capability[number as usize];
+        let mut verdict = Verdict::default();
+        consider(&mut verdict, rule.action, rule.rule_id);
+        let unallowed = if allows(rule.action) {
+            0
+        } else {
+            DEFAULT_CAPABILITIES
+        };
+        self.deny_by_default(verdict, unallowed)
     }
 
     /// Mounting a file system of type `fs_type`: the mount switch, or the type's entry if it is
     /// stronger.
     pub fn decide_mount(&self, fs_type: &str) -> Verdict {
         let mut verdict = self.switches.mount;
+        let mut allowed = false;
         if let Some((_, by_type)) = self.mount_types.iter().find(|(name, _)| {
             let end = name
                 .iter()
                 .position(|&byte| byte == 0)
                 .unwrap_or(name.len());
             name[..end] == *fs_type.as_bytes()
-        }) && by_type.action > verdict.action
-        {
-            verdict = *by_type;
+        }) {
+            consider(&mut verdict, by_type.action, by_type.rule_id);
+            allowed = allows(by_type.action);
         }
-        verdict
+        self.deny_by_default(verdict, if allowed { 0 } else { DEFAULT_MOUNT })
     }
 
     /// The network trie's answer for a destination: the longest matching block of each
@@ -87,6 +99,7 @@ impl MapEntries {
             bits: 128,
         };
         let mut best = Verdict::default();
+        let mut allowed = false;
         for (rule_protocol, rule_port) in [(protocol, port), (protocol, 0), (0, port), (0, 0)] {
             let longest = self
                 .network
@@ -97,26 +110,104 @@ impl MapEntries {
                         && entry.block.covers(&destination)
                 })
                 .max_by_key(|entry| entry.block.bits);
-            if let Some(entry) = longest
-                && entry.verdict.action > best.action
-            {
-                best = entry.verdict;
+            if let Some(entry) = longest {
+                consider(&mut best, entry.verdict.action, entry.verdict.rule_id);
+                allowed |= allows(entry.verdict.action);
             }
         }
-        best
+        self.deny_by_default(best, if allowed { 0 } else { DEFAULT_NETWORK })
     }
+
+    /// As the kernel's `deny_by_default`: adds the policy's default denial where the operation
+    /// falls in one of `categories` (those no allow rule covered) its DefenseInDepth denies.
+    fn deny_by_default(&self, mut verdict: Verdict, categories: u32) -> Verdict {
+        if self.switches.defaults & categories != 0 {
+            let default = self.switches.default_deny;
+            consider(&mut verdict, default.action, default.rule_id);
+        }
+        verdict
+    }
+}
+
+/// As the kernel's `consider`: a stronger action wins, the first one on a tie; an allow bit is
+/// no action.
+fn consider(verdict: &mut Verdict, action: u32, rule_id: u32) {
+    let action = action & !ACTION_ALLOW;
+    if action > verdict.action {
+        *verdict = Verdict { action, rule_id };
+    }
+}
+
+/// Whether an entry's `action` carries the allow bit.
+fn allows(action: u32) -> bool {
+    action & ACTION_ALLOW != 0
 }
 
 #[cfg(test)]
 mod tests {
     use palisade_common::{
-        ACTION_AUDIT, ACTION_DENY, PERM_APPEND, PERM_EXEC, PERM_READ, PERM_WRITE,
+        ACTION_AUDIT, ACTION_DENY, PERM_APPEND, PERM_CONNECT, PERM_EXEC, PERM_READ, PERM_WRITE,
     };
 
     use crate::policy::{
         Pattern,
-        compile::testing::{decide, parse, with_rules},
+        compile::testing::{decide, parse, with_rules, with_spec},
     };
+
+    #[test]
+    fn defense_in_depth_denies_what_it_does_not_allow() {
+        let allowlist = |trial: bool| {
+            parse(&with_spec(&format!(
+                "  mode: DefenseInDepth
+  defenseInDepth:
+    allowViolations: {trial}
+    allow:
+      files: [{{paths: [/etc/, /data/**.txt], permissions: [read]}}]
+      exec: [/bin/busybox]
+      capabilities: [CAP_NET_BIND_SERVICE]
+      network: [{{addresses: [10.0.0.0/8], ports: [80], protocols: [tcp]}}]
+      mount: [tmpfs]
+      unixSockets: [/run/app.sock]
+"
+            )))
+            .unwrap()
+        };
+        let policy = allowlist(false);
+        let (allowed, denied) = ((0, 0), (ACTION_DENY | ACTION_AUDIT, 1));
+        assert_eq!(decide(&policy, "/etc/passwd", PERM_READ), allowed);
+        assert_eq!(
+            decide(&policy, "/etc/passwd", PERM_READ | PERM_WRITE),
+            denied
+        );
+        assert_eq!(decide(&policy, "/data/a/b.txt", PERM_READ), allowed);
+        assert_eq!(decide(&policy, "/data/a/b.bin", PERM_READ), denied);
+        assert_eq!(decide(&policy, "/bin/busybox", PERM_EXEC), allowed);
+        assert_eq!(decide(&policy, "/bin/busybox", PERM_READ), denied);
+        assert_eq!(decide(&policy, "/usr/bin/env", PERM_EXEC), denied);
+        assert_eq!(decide(&policy, "/run/app.sock", PERM_CONNECT), allowed);
+        assert_eq!(decide(&policy, "/run/other.sock", PERM_CONNECT), denied);
+        let pair = |verdict: palisade_common::Verdict| (verdict.action, verdict.rule_id);
+        let entries = policy.entries();
+        assert_eq!(
+            pair(entries.decide_capability(10)),
+            allowed,
+            "CAP_NET_BIND_SERVICE"
+        );
+        assert_eq!(pair(entries.decide_capability(21)), denied, "CAP_SYS_ADMIN");
+        assert_eq!(pair(entries.decide_mount("tmpfs")), allowed);
+        assert_eq!(pair(entries.decide_mount("ext4")), denied);
+        let peer = |address: &str, protocol: i32, port| {
+            pair(entries.decide_destination(address.parse().unwrap(), protocol as u8, port))
+        };
+        assert_eq!(peer("10.1.2.3", libc::IPPROTO_TCP, 80), allowed);
+        assert_eq!(peer("10.1.2.3", libc::IPPROTO_TCP, 81), denied);
+        assert_eq!(peer("10.1.2.3", libc::IPPROTO_UDP, 80), denied);
+        assert_eq!(peer("192.168.0.1", libc::IPPROTO_TCP, 80), denied);
+
+        let trial = allowlist(true);
+        assert_eq!(decide(&trial, "/usr/bin/env", PERM_EXEC), (ACTION_AUDIT, 1));
+        assert_eq!(decide(&trial, "/bin/busybox", PERM_EXEC), allowed);
+    }
 
     #[test]
     fn exact_prefix_and_glob_rules_decide_like_the_patterns() {

@@ -4,10 +4,11 @@
 
 use std::{fmt::Display, time::Duration};
 
-use palisade_common::{FS_TYPE_LEN, MAX_GLOBS};
+use palisade_common::{ANY_PROTOCOL, FS_TYPE_LEN, MAX_GLOBS, PERM_CONNECT, PERM_EXEC, SOCKET_TYPE};
+use palisade_rule_sdk::model::{family_number, socket_type_number};
 
 use super::{
-    Action, CustomRules, Mode, NetworkRule, Pattern, Policy, PolicyError, PortRange, Protocol,
+    Action, CustomRules, Mode, Pattern, Policy, PolicyError, PortRange, Protocol,
     catalog::{self, Category, Environment},
     effect::{AddressBlock, EXEC_RULE_PERMS, Effect, Switch, parse_port_range},
     permission::kernel_perms,
@@ -18,6 +19,11 @@ const MAX_PORTS_PER_RULE: u32 = 1024;
 
 const ENHANCE_PROTECT: &str = "spec.enhanceProtect";
 const BEHAVIOR_MODELING: &str = "spec.behaviorModeling";
+const DEFENSE_IN_DEPTH: &str = "spec.defenseInDepth";
+/// Address families are below this (the kernel's AF_MAX is 46 today).
+const MAX_FAMILY: u32 = 64;
+/// Socket types are at most this.
+const SOCK_TYPE_MASK: u32 = 0xf;
 /// The longest BehaviorModeling: a week.
 const LONGEST_MODELING: Duration = Duration::from_secs(168 * 3600);
 
@@ -39,6 +45,13 @@ pub(super) struct Violations {
 
 impl Violations {
     pub(super) fn of(policy: &Policy) -> Self {
+        if let Some(defense) = &policy.spec.defense_in_depth {
+            // What the allowlist does not allow is always reported.
+            return Self {
+                audit: true,
+                allow: defense.allow_violations,
+            };
+        }
         let enhance = policy.spec.enhance_protect.as_ref();
         enhance.map_or_else(Self::default, |enhance| Self {
             audit: enhance.audit_violations,
@@ -56,6 +69,7 @@ pub(super) fn lower(
     modules: &[CustomRules],
 ) -> Result<Vec<Rule>, PolicyError> {
     let mut rules = listed_rules(source, policy, env)?;
+    rules.extend(defense_in_depth(source, policy)?);
     if policy.spec.mode != Mode::AlwaysAllow {
         for (index, (module, custom)) in policy.spec.rule_modules.iter().zip(modules).enumerate() {
             let base = format!("spec.ruleModules[{index}] ({})", module.name);
@@ -108,25 +122,107 @@ pub(super) fn modeling(
     }
 }
 
-/// DefenseInDepth policies are written (`palisade model to-policy`) and checked, but not yet
-/// enforced: rejected, so that no one takes an allowlist for enforced.
-pub(super) fn refuse_defense_in_depth(
-    source: &dyn Display,
-    policy: &Policy,
-) -> Result<(), PolicyError> {
-    match (policy.spec.mode, &policy.spec.defense_in_depth) {
-        (Mode::DefenseInDepth, _) => Err(PolicyError::new(
-            source,
-            "spec.mode",
-            "DefenseInDepth is not enforced by this version of the agent yet",
-        )),
-        (mode, Some(_)) => Err(PolicyError::new(
-            source,
-            "spec.defenseInDepth",
-            format!("only allowed with mode DefenseInDepth, not {mode:?}"),
-        )),
-        (_, None) => Ok(()),
+/// DefenseInDepth: the rule denying and reporting what `defenseInDepth.allow` does not allow.
+fn defense_in_depth(source: &dyn Display, policy: &Policy) -> Result<Option<Rule>, PolicyError> {
+    let allow = match (policy.spec.mode, &policy.spec.defense_in_depth) {
+        (Mode::DefenseInDepth, Some(defense)) => &defense.allow,
+        (Mode::DefenseInDepth, None) => {
+            return Err(PolicyError::new(
+                source,
+                DEFENSE_IN_DEPTH,
+                "mode DefenseInDepth needs defenseInDepth (what the target may do)",
+            ));
+        }
+        (mode, Some(_)) => {
+            return Err(PolicyError::new(
+                source,
+                DEFENSE_IN_DEPTH,
+                format!("only allowed with mode DefenseInDepth, not {mode:?}"),
+            ));
+        }
+        (_, None) => return Ok(None),
+    };
+    let field = format!("{DEFENSE_IN_DEPTH}.allow");
+    let list = |name: &str| format!("{field}.{name}");
+    let mut allowed = Vec::new();
+    for (index, file) in allow.files.iter().enumerate() {
+        let field = format!("{}[{index}]", list("files"));
+        if file.permissions.is_empty() {
+            return Err(PolicyError::new(
+                source,
+                format!("{field}.permissions"),
+                "must list at least one permission",
+            ));
+        }
+        allowed.push(Effect::Paths {
+            patterns: path_patterns(source, &field, &file.paths)?,
+            perms: kernel_perms(&file.permissions),
+        });
     }
+    for (paths, name, perms) in [
+        (&allow.exec, "exec", PERM_EXEC),
+        (&allow.unix_sockets, "unixSockets", PERM_CONNECT),
+    ] {
+        if !paths.is_empty() {
+            let patterns = parse_each(source, &list(name), paths, |path| Pattern::parse(path))?;
+            allowed.push(Effect::Paths { patterns, perms });
+        }
+    }
+    if !allow.capabilities.is_empty() {
+        allowed.push(Effect::Capabilities(capability_mask(
+            source,
+            &field,
+            &allow.capabilities,
+        )?));
+    }
+    for (index, peers) in allow.network.iter().enumerate() {
+        let field = format!("{}[{index}]", list("network"));
+        allowed.push(network_effect(
+            source,
+            &field,
+            &peers.addresses,
+            &peers.ports,
+            &peers.protocols,
+        )?);
+    }
+    if !allow.mount.is_empty() {
+        allowed.push(Effect::MountTypes(fs_types(
+            source,
+            &list("mount"),
+            &allow.mount,
+        )?));
+    }
+    let mut sockets = Vec::new();
+    for (index, socket) in allow.sockets.iter().enumerate() {
+        let field = format!("{}[{index}]", list("sockets"));
+        let family = family_number(&socket.family)
+            .filter(|family| *family < MAX_FAMILY)
+            .ok_or_else(|| {
+                PolicyError::new(
+                    source,
+                    format!("{field}.family"),
+                    format!("unknown address family \"{}\"", socket.family),
+                )
+            })?;
+        let types = parse_each(source, &format!("{field}.types"), &socket.types, |kind| {
+            socket_type_number(kind)
+                .filter(|kind| (1..=SOCK_TYPE_MASK).contains(kind))
+                .ok_or_else(|| format!("unknown socket type \"{kind}\""))
+        })?;
+        if types.is_empty() {
+            sockets.push((family, ANY_PROTOCOL));
+        }
+        sockets.extend(types.iter().map(|kind| (family, SOCKET_TYPE | kind)));
+    }
+    if !sockets.is_empty() {
+        allowed.push(Effect::Sockets(sockets));
+    }
+    Ok(Some(Rule {
+        field: DEFENSE_IN_DEPTH.to_owned(),
+        name: "defense-in-depth".to_owned(),
+        action: Action::Deny,
+        effects: vec![Effect::DenyByDefault, Effect::Allow(allowed)],
+    }))
 }
 
 /// Hours, minutes and seconds in that order, each optional ("90s", "15m", "1h30m"), from 1 s to
@@ -312,16 +408,18 @@ fn path_patterns(
     })
 }
 
-/// The effect of a network rule found at `field`.
+/// The effect of a network rule (or allowance) found at `field`.
 fn network_effect(
     source: &dyn Display,
     field: &str,
-    rule: &NetworkRule,
+    addresses: &[String],
+    ports: &[PortRange],
+    protocols: &[Protocol],
 ) -> Result<Effect, PolicyError> {
     let ranges = parse_each(
         source,
         &format!("{field}.ports"),
-        &rule.ports,
+        ports,
         |port| match port {
             PortRange::Port(0) => Err("0 is not a port".to_owned()),
             PortRange::Port(port) => Ok((*port, *port)),
@@ -331,7 +429,7 @@ fn network_effect(
     let blocks = parse_each(
         source,
         &format!("{field}.addresses"),
-        &rule.addresses,
+        addresses,
         |address| AddressBlock::parse(address),
     )?;
     let port_count: u32 = ranges
@@ -345,7 +443,7 @@ fn network_effect(
             format!("may cover at most {MAX_PORTS_PER_RULE} ports, not {port_count}"),
         ));
     }
-    if !ranges.is_empty() && rule.protocols.contains(&Protocol::Icmp) {
+    if !ranges.is_empty() && protocols.contains(&Protocol::Icmp) {
         return Err(PolicyError::new(
             source,
             format!("{field}.ports"),
@@ -355,8 +453,7 @@ fn network_effect(
     Ok(Effect::Network {
         blocks,
         ports: ranges.iter().flat_map(|(low, high)| *low..=*high).collect(),
-        protocols: rule
-            .protocols
+        protocols: protocols
             .iter()
             .map(|protocol| ip_protocol(*protocol))
             .collect(),
@@ -381,8 +478,17 @@ fn mount_effect(
     if fs_types.is_empty() {
         return Ok(Effect::Switch(Switch::Mount));
     }
+    self::fs_types(source, &format!("{field}.fsTypes"), fs_types).map(Effect::MountTypes)
+}
+
+/// The file system type names of the list at `field`.
+fn fs_types(
+    source: &dyn Display,
+    field: &str,
+    names: &[String],
+) -> Result<Vec<String>, PolicyError> {
     let longest = FS_TYPE_LEN as usize - 1;
-    parse_each(source, &format!("{field}.fsTypes"), fs_types, |fs_type| {
+    parse_each(source, field, names, |fs_type| {
         if fs_type.is_empty() || fs_type.len() > longest {
             return Err(format!(
                 "\"{fs_type}\" is not a file system type (1 to {longest} bytes)"
@@ -390,7 +496,6 @@ fn mount_effect(
         }
         Ok(fs_type.clone())
     })
-    .map(Effect::MountTypes)
 }
 
 /// The capability mask of a capability rule found at `field`: every capability named, less
@@ -476,7 +581,13 @@ fn custom_rules(
     }
     for (index, rule) in custom.network.iter().enumerate() {
         let field = field("network", index);
-        let effect = network_effect(source, &field, rule)?;
+        let effect = network_effect(
+            source,
+            &field,
+            &rule.addresses,
+            &rule.ports,
+            &rule.protocols,
+        )?;
         push(field, "network", index, &rule.name, rule.action, effect);
     }
     for (index, rule) in custom.mount.iter().enumerate() {
@@ -613,19 +724,56 @@ mod tests {
     }
 
     #[test]
-    fn defense_in_depth_is_checked_and_refused() {
+    fn defense_in_depth_allowances_are_checked() {
         let error = |spec: &str| parse(&with_spec(spec)).unwrap_err().to_string();
+        let allowing = |allow: &str| {
+            error(&format!(
+                "  mode: DefenseInDepth\n  defenseInDepth:\n    allow: {allow}\n"
+            ))
+        };
         assert_eq!(
-            error("  mode: DefenseInDepth\n  defenseInDepth:\n    allow: {exec: [/bin/true]}\n"),
-            "p.yaml: spec.mode: DefenseInDepth is not enforced by this version of the agent yet"
+            error("  mode: DefenseInDepth\n"),
+            "p.yaml: spec.defenseInDepth: mode DefenseInDepth needs defenseInDepth (what the target may do)"
         );
         assert_eq!(
             error("  mode: AlwaysAllow\n  defenseInDepth: {allow: {}}\n"),
             "p.yaml: spec.defenseInDepth: only allowed with mode DefenseInDepth, not AlwaysAllow"
         );
-        assert!(
-            error("  mode: DefenseInDepth\n  defenseInDepth: {allow: {files: [{paths: [/a]}]}}\n")
-                .contains("missing field `permissions`")
+        assert!(allowing("{files: [{paths: [/a]}]}").contains("missing field `permissions`"));
+        assert_eq!(
+            allowing("{files: [{paths: [/a], permissions: []}]}"),
+            "p.yaml: spec.defenseInDepth.allow.files[0].permissions: must list at least one permission"
+        );
+        assert_eq!(
+            allowing("{exec: [/bin/sh, bin/ls]}"),
+            "p.yaml: spec.defenseInDepth.allow.exec[1]: \"bin/ls\" is not an absolute path"
+        );
+        assert_eq!(
+            allowing("{capabilities: [CAP_NET_RAW, CAP_FLY]}"),
+            "p.yaml: spec.defenseInDepth.allow.capabilities[1]: unknown capability \"CAP_FLY\""
+        );
+        assert_eq!(
+            allowing("{network: [{ports: [0]}]}"),
+            "p.yaml: spec.defenseInDepth.allow.network[0].ports[0]: 0 is not a port"
+        );
+        assert_eq!(
+            allowing("{mount: [tmpfs, \"\"]}"),
+            "p.yaml: spec.defenseInDepth.allow.mount[1]: \"\" is not a file system type (1 to 15 bytes)"
+        );
+        assert_eq!(
+            allowing("{sockets: [{family: inet7}]}"),
+            "p.yaml: spec.defenseInDepth.allow.sockets[0].family: unknown address family \"inet7\""
+        );
+        assert_eq!(
+            allowing("{sockets: [{family: inet, types: [stream, river]}]}"),
+            "p.yaml: spec.defenseInDepth.allow.sockets[0].types[1]: unknown socket type \"river\""
+        );
+        assert_eq!(
+            allowing("{unixSockets: [\"/run/a**b**c\"]}"),
+            parse(&with_rules("    files:\n      - paths: [\"/run/a**b**c\"]\n        permissions: [read]\n        action: deny\n"))
+                .unwrap_err()
+                .to_string()
+                .replace("spec.enhanceProtect.customRules.files[0].paths[0]", "spec.defenseInDepth.allow.unixSockets[0]"),
         );
     }
 

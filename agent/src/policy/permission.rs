@@ -19,6 +19,9 @@ pub fn kernel_perms(permissions: &[Permission]) -> u32 {
     })
 }
 
+/// Every permission's bit.
+pub const EVERY_PERMISSION: u32 = (1 << PERM_COUNT) - 1;
+
 /// The names of the permission bits events and map entries carry, by bit: bit `i` is `1 << i`.
 pub const PERMISSION_NAMES: [&str; PERM_COUNT as usize] =
     ["read", "write", "append", "exec", "connect"];
@@ -42,7 +45,7 @@ pub fn permission_names(bits: u32) -> &'static [&'static str] {
             })
             .collect()
     });
-    &LISTS[(bits & ((1 << PERM_COUNT) - 1)) as usize]
+    &LISTS[(bits & EVERY_PERMISSION) as usize]
 }
 
 /// The permission bit named `name`.

@@ -11,6 +11,8 @@ use std::{
 
 #[path = "enforcement/builtin_rules.rs"]
 mod builtin_rules;
+#[path = "enforcement/defense_in_depth.rs"]
+mod defense_in_depth;
 #[path = "enforcement/kubernetes.rs"]
 mod kubernetes;
 #[path = "enforcement/modeling.rs"]

@@ -14,7 +14,7 @@ use super::{Agent, cleanup_agent, fresh_dir, observability::Scrape, wait_until};
 
 /// Starts an agent modeling `target` for `duration` (policy `name`); returns it once the kernel
 /// records.
-fn model(target: &Cgroup, name: &str, duration: &str) -> (Agent, String) {
+pub(super) fn model(target: &Cgroup, name: &str, duration: &str) -> (Agent, String) {
     let dir = fresh_dir(&format!("/tmp/{name}-policies")).to_owned();
     let models = fresh_dir(&format!("/tmp/{name}-models")).to_owned();
     std::fs::write(
@@ -32,7 +32,7 @@ fn model(target: &Cgroup, name: &str, duration: &str) -> (Agent, String) {
 }
 
 /// Waits for the model at `path` (written after the duration and one more pass).
-fn written_model(agent: &Agent, path: &str) -> BehaviorModel {
+pub(super) fn written_model(agent: &Agent, path: &str) -> BehaviorModel {
     wait_until(
         || Path::new(path).exists(),
         || format!("no model at {path}: {}", agent.log()),
@@ -41,7 +41,7 @@ fn written_model(agent: &Agent, path: &str) -> BehaviorModel {
 }
 
 /// Runs `sh -c script` inside `target`; fails unless it succeeds.
-fn run_in(target: &Cgroup, script: &str) {
+pub(super) fn run_in(target: &Cgroup, script: &str) {
     let procs = target.procs_file();
     let mut command = Command::new("/bin/busybox");
     command.args(["sh", "-c", script]);
