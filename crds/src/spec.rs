@@ -143,8 +143,8 @@ pub struct BehaviorModeling {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DefenseInDepth {
-    /// Nothing is denied: what would be is reported, at the audit rate (a trial period before
-    /// enforcing).
+    /// Nothing is denied: what would be is reported, once per distinct operation (a trial
+    /// period before enforcing).
     #[serde(default)]
     pub allow_violations: bool,
     pub allow: AllowRules,

@@ -233,5 +233,6 @@ struct task_struct {
 #define O_APPEND 02000
 #define PROT_EXEC 0x4
 #define EPERM 1
+#define EEXIST 17
 
 #endif

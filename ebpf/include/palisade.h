@@ -95,7 +95,9 @@ typedef uint64_t __u64;
 #define PALISADE_STAT_UNCOUNTED 4      /* decisions not counted by rule: `rule_counts` full */
 /* Behaviour records lost: `model_records` full, and the model's overflow record missing. */
 #define PALISADE_STAT_MODEL_DROPPED 5
-#define PALISADE_STAT_COUNT 6
+/* A DefenseInDepth trial's event of an operation it had reported already: not sent. */
+#define PALISADE_STAT_EVENTS_REPEATED 6
+#define PALISADE_STAT_COUNT 7
 
 /* Capabilities a policy can name: bit i of a mask is capability i (CAP_LAST_CAP is 40 today). */
 #define PALISADE_CAP_COUNT 64
@@ -120,6 +122,9 @@ typedef uint64_t __u64;
 /* BehaviorModeling: the hooks record what the policy's targets do in `model_records`, under the
  * policy's model_id. */
 #define PALISADE_POLICY_MODELING (1u << 1)
+/* DefenseInDepth with allowViolations (a trial): what its allowlist does not allow is reported
+ * once per distinct operation (the `reported` map), not at the audit rate. */
+#define PALISADE_POLICY_REPORT_ONCE (1u << 2)
 
 /* Bits of palisade_policy.defaults: what a DefenseInDepth policy denies unless an allow rule
  * covers it. Files by permission: the PALISADE_PERM_* bits. */
@@ -363,7 +368,7 @@ struct palisade_event {
 	__u32 rdev;     /* file hooks on a device file: the device (major << 20 | minor) */
 	/* Events of this rule and target the audit rate suppressed since the previous one. */
 	__u32 suppressed;
-	__u32 reserved;
+	__u32 once; /* PALISADE_POLICY_REPORT_ONCE: the first event of its operation */
 	__u8 addr[16];  /* socket_connect, socket_sendmsg: IPv6 or IPv4-mapped */
 	__u8 fs_type[PALISADE_FS_TYPE_LEN]; /* mount hooks */
 	__u8 comm[16];

@@ -132,6 +132,13 @@ struct {
 } audit_buckets SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1); /* sized at load */
+	__type(key, __u64); /* operation_hash */
+	__type(value, __u8);
+} reported SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, PALISADE_HOOK_COUNT);
 	__type(key, __u32);
@@ -418,8 +425,11 @@ static __always_inline struct palisade_event *record(const struct palisade_verdi
 	struct palisade_rule_count *count = count_decision(d, subject);
 	if (!(d->action & PALISADE_ACTION_AUDIT))
 		return NULL;
+	/* A trial's default decisions are reported once per operation (submit_event) instead. */
+	int once = (subject->policy->flags & PALISADE_POLICY_REPORT_ONCE) &&
+		   d->rule_id == subject->policy->default_deny.rule_id;
 	__u32 suppressed = 0;
-	if (!audit_allowed(d, subject, &suppressed)) {
+	if (!once && !audit_allowed(d, subject, &suppressed)) {
 		if (count)
 			__sync_fetch_and_add(&count->throttled, 1);
 		stat_inc(PALISADE_STAT_EVENTS_THROTTLED);
@@ -446,17 +456,57 @@ static __always_inline struct palisade_event *record(const struct palisade_verdi
 	e->policy_id = subject->target->policy_id;
 	e->error = verdict_error(d);
 	e->suppressed = suppressed;
+	e->once = once;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	return e;
+}
+
+/* FNV-1a over the policy and what an event says its operation was, whichever hook saw it (an exec
+ * is decided at bprm_check and again at the mapping of the program): the fields of every hook's
+ * operation (unused ones are zero) and the path up to its NUL. Not who did it, nor when. */
+static __always_inline __u64 operation_hash(const struct palisade_event *e)
+{
+	const __u64 prime = 0x100000001b3ULL;
+	__u64 hash = 0xcbf29ce484222325ULL;
+	__u32 words[] = { e->policy_id, e->perms, e->arg,     e->family,
+			  e->protocol,  e->port,  e->rdev };
+	for (__u32 i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		hash = (hash ^ words[i]) * prime;
+	for (__u32 i = 0; i < sizeof(e->addr); i++)
+		hash = (hash ^ e->addr[i]) * prime;
+	for (__u32 i = 0; i < sizeof(e->fs_type); i++)
+		hash = (hash ^ e->fs_type[i]) * prime;
+	for (__u32 i = 0; i < sizeof(e->path); i++) {
+		if (!e->path[i])
+			break;
+		hash = (hash ^ e->path[i]) * prime;
+	}
+	return hash;
+}
+
+/* Whether an event of a DefenseInDepth trial is the first of its operation (remembered now). A
+ * full map forgets the least recently reported operation. */
+static __always_inline int first_report(const struct palisade_event *e)
+{
+	__u64 key = operation_hash(e);
+	__u8 seen = 1;
+	/* Before 6.4 a map's error reaches the program as a 32-bit int, zero-extended. */
+	return (int)bpf_map_update_elem(&reported, &key, &seen, BPF_NOEXIST) != -EEXIST;
 }
 
 /*
  * The agent is woken for a record submitted to an empty ring buffer (the kernel's default), then
  * reads at its own pace, in batches: it is woken again before then only once a quarter of the
- * ring buffer waits, so that a flood is read before the ring buffer fills.
+ * ring buffer waits, so that a flood is read before the ring buffer fills. A DefenseInDepth
+ * trial's event of an operation it reported already is discarded (and counted).
  */
 static __always_inline void submit_event(struct palisade_event *e)
 {
+	if (e->once && !first_report(e)) {
+		bpf_ringbuf_discard(e, 0);
+		stat_inc(PALISADE_STAT_EVENTS_REPEATED);
+		return;
+	}
 	__u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > EVENTS_WAKE_AT ?
 			      BPF_RB_FORCE_WAKEUP :
 			      0;

@@ -89,7 +89,7 @@ impl Allowlist {
                 .to_owned(),
             "allowViolations: a trial, where nothing is denied and each operation it would deny"
                 .to_owned(),
-            "is reported; set it to false to enforce.".to_owned(),
+            "is reported once; set it to false to enforce.".to_owned(),
         ];
         if !model.complete {
             list.header.push(format!(

@@ -12,8 +12,8 @@ use aya::{
     programs::ProgramError,
 };
 use palisade_common::{
-    HookCost, RuleCount, RuleKey, STAT_EVENTS, STAT_EVENTS_DROPPED, STAT_EVENTS_THROTTLED,
-    STAT_MODEL_DROPPED, STAT_UNCOUNTED, STAT_UNDECIDED,
+    HookCost, RuleCount, RuleKey, STAT_EVENTS, STAT_EVENTS_DROPPED, STAT_EVENTS_REPEATED,
+    STAT_EVENTS_THROTTLED, STAT_MODEL_DROPPED, STAT_UNCOUNTED, STAT_UNDECIDED,
 };
 
 use super::{HOOKS, PolicyRegistry};
@@ -25,6 +25,8 @@ pub struct Stats {
     pub events_dropped: u64,
     /// Audit events suppressed by the audit rate of their rule and target.
     pub events_throttled: u64,
+    /// Events of DefenseInDepth trials not sent: their operation was reported already.
+    pub events_repeated: u64,
     /// Operations on targets allowed because they could not be decided.
     pub undecided: u64,
     /// Decisions not counted by rule (the counter map was full).
@@ -126,6 +128,7 @@ impl Counters {
             events: sum(STAT_EVENTS)?,
             events_dropped: sum(STAT_EVENTS_DROPPED)?,
             events_throttled: sum(STAT_EVENTS_THROTTLED)?,
+            events_repeated: sum(STAT_EVENTS_REPEATED)?,
             undecided: sum(STAT_UNDECIDED)?,
             uncounted: sum(STAT_UNCOUNTED)?,
             model_dropped: sum(STAT_MODEL_DROPPED)?,

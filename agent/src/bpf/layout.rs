@@ -93,6 +93,7 @@ maps! {
     }
     kernel_only {
         audit_buckets,
+        reported,
         scratch_space,
     }
 }

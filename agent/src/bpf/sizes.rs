@@ -30,7 +30,7 @@ impl Default for MapSizes {
 
 impl MapSizes {
     /// The entries of each map sized here; the object's other maps keep their sizes.
-    pub fn entries(&self) -> [(&'static str, u32); 12] {
+    pub fn entries(&self) -> [(&'static str, u32); 13] {
         let (targets, paths) = (self.targets, self.path_entries);
         // Suffix, glob, mount, socket and network rules, and audited rules: fewer than path
         // entries in every policy of the catalog, a quarter of them here.
@@ -49,6 +49,8 @@ impl MapSizes {
             // A rule's decisions, by hook and action.
             ("rule_counts", paths),
             ("audit_buckets", other_rules),
+            // Operations DefenseInDepth trials reported: the least recent forgotten first.
+            ("reported", other_rules),
             ("model_records", self.model_records),
         ]
     }

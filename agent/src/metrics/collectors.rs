@@ -157,6 +157,12 @@ impl Collector for KernelCollector {
                 snapshot.stats.events_throttled,
             ),
             (
+                "events_repeated",
+                "Audit events of DefenseInDepth trials not sent: their operation was reported \
+                 already",
+                snapshot.stats.events_repeated,
+            ),
+            (
                 "undecided",
                 "Operations of targets allowed because their path could not be resolved",
                 snapshot.stats.undecided,

@@ -235,6 +235,7 @@ mod tests {
                 events: 7,
                 events_dropped: 2,
                 events_throttled: 5,
+                events_repeated: 2,
                 undecided: 1,
                 uncounted: 0,
                 model_dropped: 0,
@@ -298,6 +299,7 @@ mod tests {
         assert_eq!(value("palisade_events_total"), 7.0);
         assert_eq!(value("palisade_events_dropped_total"), 2.0);
         assert_eq!(value("palisade_events_throttled_total"), 5.0);
+        assert_eq!(value("palisade_events_repeated_total"), 2.0);
         assert_eq!(value("palisade_undecided_total"), 1.0);
         assert_eq!(value("palisade_events_written_total"), 9.0);
         assert_eq!(value("palisade_events_overflowed_total"), 3.0);

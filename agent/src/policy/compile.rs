@@ -4,7 +4,7 @@
 
 use std::{fmt::Display, time::Duration};
 
-use palisade_common::{POLICY_ALWAYS_ALLOW, POLICY_MODELING};
+use palisade_common::{POLICY_ALWAYS_ALLOW, POLICY_MODELING, POLICY_REPORT_ONCE};
 
 use super::{
     Action, CustomRules, Mode, OnFailure, Policy, PolicyError,
@@ -110,10 +110,14 @@ pub fn compile(
 ) -> Result<CompiledPolicy, PolicyError> {
     let modeling = modeling(source, policy)?;
     let rules = lower(source, policy, env, modules)?;
-    let mut entries = encode(&rules, Violations::of(policy));
+    let violations = Violations::of(policy);
+    let mut entries = encode(&rules, violations);
     let nothing_to_decide = modeling.is_some() && rules.is_empty();
     if policy.spec.mode == Mode::AlwaysAllow || nothing_to_decide {
         entries.switches.flags |= POLICY_ALWAYS_ALLOW;
+    }
+    if violations.allow && policy.spec.mode == Mode::DefenseInDepth {
+        entries.switches.flags |= POLICY_REPORT_ONCE;
     }
     let deciders = policy
         .spec
@@ -194,7 +198,7 @@ pub(super) mod testing {
 mod tests {
     use palisade_common::{
         ACTION_AUDIT, ACTION_DENY, PERM_EXEC, PERM_READ, PERM_WRITE, POLICY_ALWAYS_ALLOW,
-        POLICY_MODELING, Policy as KernelPolicy, Verdict,
+        POLICY_MODELING, POLICY_REPORT_ONCE, Policy as KernelPolicy, Verdict,
     };
 
     use super::testing::{decide, parse, rule_names, with_spec};
@@ -218,6 +222,20 @@ mod tests {
         .unwrap();
         assert!(privileged.rules().is_empty());
         assert!(!privileged.always_allow(), "self-protection still applies");
+    }
+
+    #[test]
+    fn only_a_defense_in_depth_trial_reports_once() {
+        let flags = |spec: &str| parse(&with_spec(spec)).unwrap().entries().switches.flags;
+        let defense = |trial: bool| {
+            format!(
+                "  mode: DefenseInDepth\n  defenseInDepth: {{allowViolations: {trial}, allow: {{}}}}\n"
+            )
+        };
+        assert_eq!(flags(&defense(true)), POLICY_REPORT_ONCE);
+        assert_eq!(flags(&defense(false)), 0);
+        let enhance = "  mode: EnhanceProtect\n  enhanceProtect: {allowViolations: true}\n";
+        assert_eq!(flags(enhance) & POLICY_REPORT_ONCE, 0);
     }
 
     #[test]
