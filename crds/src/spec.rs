@@ -13,7 +13,7 @@ use crate::rules::{Category, names_in};
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[x_kube(
-    validation = Rule::new("self.mode == 'EnhanceProtect' || !has(self.enhanceProtect)").message("enhanceProtect is only allowed with mode EnhanceProtect"),
+    validation = Rule::new("self.mode == 'EnhanceProtect' || self.mode == 'DefenseInDepth' || !has(self.enhanceProtect)").message("enhanceProtect is only allowed with modes EnhanceProtect and DefenseInDepth"),
     validation = Rule::new("(self.mode == 'BehaviorModeling') == has(self.behaviorModeling)").message("mode BehaviorModeling needs behaviorModeling (its duration), and only it takes one"),
     validation = Rule::new("(self.mode == 'DefenseInDepth') == has(self.defenseInDepth)").message("mode DefenseInDepth needs defenseInDepth (what the target may do), and only it takes one"),
 )]
@@ -22,7 +22,7 @@ pub struct PolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<Target>,
     pub mode: Mode,
-    /// Only with `mode: EnhanceProtect`.
+    /// With `mode: EnhanceProtect`, or `DefenseInDepth` (its rules on top of the allowlist).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enhance_protect: Option<EnhanceProtect>,
     /// Only with `mode: BehaviorModeling`.

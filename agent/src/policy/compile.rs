@@ -116,7 +116,9 @@ pub fn compile(
     if policy.spec.mode == Mode::AlwaysAllow || nothing_to_decide {
         entries.switches.flags |= POLICY_ALWAYS_ALLOW;
     }
-    if violations.allow && policy.spec.mode == Mode::DefenseInDepth {
+    if let Some(defense) = &policy.spec.defense_in_depth
+        && defense.allow_violations
+    {
         entries.switches.flags |= POLICY_REPORT_ONCE;
     }
     let deciders = policy

@@ -35,8 +35,11 @@ pub enum Effect {
         protocols: Vec<u8>,
     },
     /// DefenseInDepth: every file permission, capability, destination, socket and mount is the
-    /// rule's unless `Allow`ed.
-    DenyByDefault,
+    /// rule's unless `Allow`ed; denied and reported, or in a `trial` only reported (whatever the
+    /// policy does with the violations of its other rules).
+    DenyByDefault {
+        trial: bool,
+    },
     /// What a DefenseInDepth policy allows: exceptions to its `DenyByDefault`, not rules of their
     /// own (a `Sockets` key may be `SOCKET_TYPE | type`).
     Allow(Vec<Effect>),

@@ -223,9 +223,15 @@ impl Encoder {
                     }
                 }
             }
-            Effect::DenyByDefault => {
+            Effect::DenyByDefault { trial } => {
                 self.switches.defaults = DENIED_BY_DEFAULT;
-                merge_verdict(&mut self.switches.default_deny, verdict);
+                let action = if *trial {
+                    ACTION_AUDIT
+                } else {
+                    ACTION_DENY | ACTION_AUDIT
+                };
+                let default = Verdict { action, ..verdict };
+                merge_verdict(&mut self.switches.default_deny, default);
             }
             Effect::Allow(effects) => {
                 for effect in effects {

@@ -151,7 +151,7 @@ mod tests {
 
     use crate::policy::{
         Pattern,
-        compile::testing::{decide, parse, with_rules, with_spec},
+        compile::testing::{decide, parse, rule_names, with_rules, with_spec},
     };
 
     #[test]
@@ -207,6 +207,35 @@ mod tests {
         let trial = allowlist(true);
         assert_eq!(decide(&trial, "/usr/bin/env", PERM_EXEC), (ACTION_AUDIT, 1));
         assert_eq!(decide(&trial, "/bin/busybox", PERM_EXEC), allowed);
+    }
+
+    #[test]
+    fn deny_rules_apply_on_top_of_an_allowlist_and_its_trial() {
+        let policy = parse(&with_spec(
+            "  mode: DefenseInDepth
+  defenseInDepth:
+    allowViolations: true
+    allow:
+      files: [{paths: [/etc/], permissions: [read]}]
+  enhanceProtect:
+    privileged: true
+    hardeningRules: [disallow-access-kallsyms]
+    customRules:
+      files: [{name: no-shadow, paths: [/etc/shadow], permissions: [read], action: deny}]
+",
+        ))
+        .unwrap();
+        assert_eq!(
+            rule_names(&policy),
+            ["disallow-access-kallsyms", "no-shadow", "defense-in-depth"]
+        );
+        assert_eq!(decide(&policy, "/etc/passwd", PERM_READ), (0, 0));
+        assert_eq!(decide(&policy, "/etc/shadow", PERM_READ), (ACTION_DENY, 2));
+        assert_eq!(
+            decide(&policy, "/proc/kallsyms", PERM_READ),
+            (ACTION_DENY, 1)
+        );
+        assert_eq!(decide(&policy, "/var/log/x", PERM_READ), (ACTION_AUDIT, 3));
     }
 
     #[test]

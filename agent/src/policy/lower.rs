@@ -45,13 +45,6 @@ pub(super) struct Violations {
 
 impl Violations {
     pub(super) fn of(policy: &Policy) -> Self {
-        if let Some(defense) = &policy.spec.defense_in_depth {
-            // What the allowlist does not allow is always reported.
-            return Self {
-                audit: true,
-                allow: defense.allow_violations,
-            };
-        }
         let enhance = policy.spec.enhance_protect.as_ref();
         enhance.map_or_else(Self::default, |enhance| Self {
             audit: enhance.audit_violations,
@@ -124,8 +117,8 @@ pub(super) fn modeling(
 
 /// DefenseInDepth: the rule denying and reporting what `defenseInDepth.allow` does not allow.
 fn defense_in_depth(source: &dyn Display, policy: &Policy) -> Result<Option<Rule>, PolicyError> {
-    let allow = match (policy.spec.mode, &policy.spec.defense_in_depth) {
-        (Mode::DefenseInDepth, Some(defense)) => &defense.allow,
+    let defense = match (policy.spec.mode, &policy.spec.defense_in_depth) {
+        (Mode::DefenseInDepth, Some(defense)) => defense,
         (Mode::DefenseInDepth, None) => {
             return Err(PolicyError::new(
                 source,
@@ -142,6 +135,7 @@ fn defense_in_depth(source: &dyn Display, policy: &Policy) -> Result<Option<Rule
         }
         (_, None) => return Ok(None),
     };
+    let allow = &defense.allow;
     let field = format!("{DEFENSE_IN_DEPTH}.allow");
     let list = |name: &str| format!("{field}.{name}");
     let mut allowed = Vec::new();
@@ -221,7 +215,12 @@ fn defense_in_depth(source: &dyn Display, policy: &Policy) -> Result<Option<Rule
         field: DEFENSE_IN_DEPTH.to_owned(),
         name: "defense-in-depth".to_owned(),
         action: Action::Deny,
-        effects: vec![Effect::DenyByDefault, Effect::Allow(allowed)],
+        effects: vec![
+            Effect::DenyByDefault {
+                trial: defense.allow_violations,
+            },
+            Effect::Allow(allowed),
+        ],
     }))
 }
 
@@ -300,11 +299,12 @@ fn listed_rules(
     };
     let enhance = match (policy.spec.mode, &policy.spec.enhance_protect) {
         (Mode::EnhanceProtect, enhance) => enhance.clone().unwrap_or_default(),
+        (Mode::DefenseInDepth, Some(enhance)) => enhance.clone(),
         (mode, Some(_)) => {
             return Err(PolicyError::new(
                 source,
                 ENHANCE_PROTECT,
-                format!("only allowed with mode EnhanceProtect, not {mode:?}"),
+                format!("only allowed with mode EnhanceProtect or DefenseInDepth, not {mode:?}"),
             ));
         }
         (Mode::AlwaysAllow | Mode::BehaviorModeling | Mode::DefenseInDepth, None) => {
@@ -823,7 +823,7 @@ mod tests {
             parse(&with_spec("  mode: RuntimeDefault\n  enhanceProtect: {}\n"))
                 .unwrap_err()
                 .to_string(),
-            "p.yaml: spec.enhanceProtect: only allowed with mode EnhanceProtect, not RuntimeDefault"
+            "p.yaml: spec.enhanceProtect: only allowed with mode EnhanceProtect or DefenseInDepth, not RuntimeDefault"
         );
     }
 

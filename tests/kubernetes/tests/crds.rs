@@ -97,7 +97,7 @@ async fn bad_policies_are_refused_with_the_api_servers_error() {
             policy(&format!(
                 "{target}  mode: RuntimeDefault\n  enhanceProtect:\n    hardeningRules: [disallow-mount]\n"
             )),
-            "enhanceProtect is only allowed with mode EnhanceProtect",
+            "enhanceProtect is only allowed with modes EnhanceProtect and DefenseInDepth",
         ),
         (
             "an audit rule that is not listed",

@@ -7,7 +7,7 @@ use std::{
 
 use palisade_agent::{
     behavior::Allowlist,
-    policy::{Environment, compile},
+    policy::{Environment, Policy, compile},
 };
 use palisade_kernel_tests::{Answer, Kernel, assert_denied_once, binary, file, probe};
 
@@ -52,8 +52,11 @@ fn an_allowlist_from_a_model_runs_the_workload_and_denies_each_deviation_once() 
             .as_mut()
             .expect("an allowlist")
             .allow_violations = trial;
+        policy
+    };
+    let compiled = |policy: &Policy| {
         let source = Path::new("allowlisted.yaml");
-        let compiled = compile(&source.display(), &policy, &Environment::default(), &[])
+        let compiled = compile(&source.display(), policy, &Environment::default(), &[])
             .unwrap_or_else(|err| panic!("{err}"));
         Arc::new(compiled)
     };
@@ -63,7 +66,7 @@ fn an_allowlist_from_a_model_runs_the_workload_and_denies_each_deviation_once() 
         &["exec", unrun, "echo", "ok"],
     ];
 
-    kernel.apply(&target, allowlist(false));
+    kernel.apply(&target, compiled(&allowlist(false)));
     kernel.events();
     run_in(&target, &workload);
     run_in(&target, &workload);
@@ -79,10 +82,31 @@ fn an_allowlist_from_a_model_runs_the_workload_and_denies_each_deviation_once() 
         assert_eq!(probe(None, deviation), Answer::Ok, "{deviation:?} outside");
     }
 
+    // Deny rules apply on top: a file the workload read, denied by a custom rule.
+    let mut with_rule = allowlist(false);
+    with_rule.spec.enhance_protect = Some(
+        serde_json::from_value(serde_json::json!({
+            "privileged": true,
+            "auditViolations": true,
+            "customRules": {"files": [
+                {"name": "no-second", "paths": [second], "permissions": ["read"], "action": "deny"}
+            ]},
+        }))
+        .unwrap(),
+    );
+    kernel.apply(&target, compiled(&with_rule));
+    assert_denied_once(
+        &mut kernel,
+        &target,
+        "no-second",
+        &["read", second],
+        libc::EPERM,
+    );
+
     // The trial denies nothing and reports each operation it does not allow once, however often
     // it happens: an exec seen at bprm_check and again at the program's mapping is one (6.12
     // also reads the program first: another operation, reported once too).
-    kernel.apply(&target, allowlist(true));
+    kernel.apply(&target, compiled(&allowlist(true)));
     kernel.events();
     run_in(&target, &workload);
     for deviation in deviations {
