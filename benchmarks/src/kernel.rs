@@ -29,6 +29,10 @@ pub const STATES: &[(&str, &str)] = &[
         "S6",
         "S4-1 and 1000 audit events per second from the target",
     ),
+    (
+        "S7",
+        "DefenseInDepth: S4-8's rules on top of an allowlist of 8 directories and the rest",
+    ),
 ];
 
 /// The states real workloads run in.

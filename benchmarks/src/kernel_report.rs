@@ -398,7 +398,7 @@ fn micro_tables(kernel: &Kernel) -> String {
         }
         md += "\n";
     }
-    md + &goal_table(kernel)
+    md + &goal_table(kernel) + &allowlist_table(kernel)
 }
 
 /// What S1 (no target) and S2 (an AlwaysAllow target) may cost: at most 1.25x the floor's
@@ -441,6 +441,38 @@ fn goal_table(kernel: &Kernel) -> String {
             let _ = write!(md, " {cell} |");
         }
         md += "\n";
+    }
+    md
+}
+
+/// DefenseInDepth (S7: S4-8's rules on top of an allowlist) against the deny rules alone (S4-8),
+/// by benchmark: an allowlisted target is to pay no more (medians, within 0.1 points).
+fn allowlist_table(kernel: &Kernel) -> String {
+    let states = kernel.states();
+    if !["S4-8", "S7"].iter().all(|state| states.contains(state)) {
+        return String::new();
+    }
+    let mut md = String::from(
+        "\nAn allowlist (DefenseInDepth, S7: S4-8's rules on top of it) against the deny rules alone (S4-8): its overhead at most theirs, within 0.1 points (medians).\n\n",
+    );
+    md += &table_head(&["benchmark"], &["S4-8", "S7"]);
+    for bench in kernel.benches() {
+        let median = |state: &str| kernel.overhead(state, &bench).map(|spread| spread.median);
+        let (Some(rules), Some(allowlist)) = (median("S4-8"), median("S7")) else {
+            continue;
+        };
+        let points = |ratio: f64| format!("{:+.2}%", ratio * 100.0);
+        let verdict = if allowlist <= rules + 0.001 {
+            "met"
+        } else {
+            "missed"
+        };
+        let _ = writeln!(
+            md,
+            "| {bench} | {} | {} {verdict} |",
+            points(rules),
+            points(allowlist)
+        );
     }
     md
 }

@@ -121,8 +121,8 @@ pub enum Mode {
     /// Nothing is denied but by the rule modules' rules, while the kernel records what the
     /// target does, for `behaviorModeling.duration`; then the agent writes the model.
     BehaviorModeling,
-    /// An allowlist, as `palisade model to-policy` writes from a model: of the kinds of
-    /// operation `defenseInDepth.allow` lists, anything it does not allow is denied.
+    /// An allowlist, as `palisade model to-policy` writes from a model: the files, programs,
+    /// capabilities, peers, sockets and mounts `defenseInDepth.allow` does not allow are denied.
     DefenseInDepth,
 }
 
@@ -143,8 +143,8 @@ pub struct BehaviorModeling {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DefenseInDepth {
-    /// Nothing is denied: what would be is reported, once per distinct operation (a trial
-    /// period before enforcing).
+    /// The allowlist denies nothing: what it would deny is reported, once per distinct operation
+    /// (a trial period before enforcing; enhanceProtect's rules deny as they say).
     #[serde(default)]
     pub allow_violations: bool,
     pub allow: AllowRules,

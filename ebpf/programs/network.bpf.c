@@ -50,7 +50,10 @@ int TARGET_HOOK(socket_create, int family, int type, int protocol, int kern, int
 	};
 	struct palisade_verdict d = {};
 	__u32 allowed = 0;
-	__u32 protocols[] = { real_protocol, PALISADE_ANY_PROTOCOL, PALISADE_SOCKET_TYPE | type };
+	/* A protocol number with PALISADE_SOCKET_TYPE's bit set would read a type's entry. */
+	__u32 by_protocol = (real_protocol & PALISADE_SOCKET_TYPE) ? PALISADE_ANY_PROTOCOL
+								    : real_protocol;
+	__u32 protocols[] = { by_protocol, PALISADE_ANY_PROTOCOL, PALISADE_SOCKET_TYPE | type };
 	for (__u32 i = 0; i < sizeof(protocols) / sizeof(protocols[0]); i++) {
 		key.protocol = protocols[i];
 		struct palisade_verdict *rule = bpf_map_lookup_elem(&sockets, &key);

@@ -103,8 +103,10 @@ static const struct palisade_verdict path_outside_mount = {
 /*
  * Decides `perms` by the subject's path rules on what a path resolver answered: a path of `len`
  * bytes with its NUL in s->path, PATH_OUTSIDE_MOUNT, or another error (a path too long or too
- * deep: allowed and counted). s->path is left empty when there is no path to report. Then denies
- * by default (DefenseInDepth) the permissions no allow rule covered, where there was a path.
+ * deep: allowed and counted, but denied by a DefenseInDepth policy, which cannot know it
+ * allowed). s->path is left empty when there is no path to report. Then denies by default
+ * (DefenseInDepth) the permissions no allow rule covered, on files of the file system: not on a
+ * pipe, socket or other file of no directory ("pipe:[N]"), which no path names.
  */
 static __always_inline void match_resolved(const struct subject *subject, struct scratch *s,
 					   long len, __u32 perms, struct palisade_verdict *d)
@@ -118,10 +120,14 @@ static __always_inline void match_resolved(const struct subject *subject, struct
 	if (len <= 0 || len > PATH_BUF_LEN) {
 		s->path[0] = 0;
 		stat_inc(PALISADE_STAT_UNDECIDED);
+		deny_by_default(d, subject, perms);
 		return;
 	}
-	if (has_paths(subject))
-		deny_by_default(d, subject, perms & ~match_path(subject->target, s, len, perms, d));
+	if (!has_paths(subject))
+		return;
+	__u32 allowed = match_path(subject->target, s, len, perms, d);
+	if (s->path[0] == '/')
+		deny_by_default(d, subject, perms & ~allowed);
 }
 
 /* Reports a path decision (the path is in s->path) and returns its error. */

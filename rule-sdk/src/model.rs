@@ -80,7 +80,8 @@ pub struct Capability {
 #[serde(rename_all = "camelCase")]
 pub struct FileUse {
     /// An absolute path; a directory's files when it ends with `/`; "" for a file no path
-    /// names (cut off from its mount). A path too long to record ends with `**`.
+    /// names (cut off from its mount); "pipe:[N]", "socket:[N]"... for a file of no directory.
+    /// A path too long to record ends with `**`.
     pub path: String,
     /// read, write, append, exec, connect (an AF_UNIX socket bound at this name).
     pub permissions: Vec<String>,

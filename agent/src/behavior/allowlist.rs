@@ -85,8 +85,9 @@ impl Allowlist {
                 "What policy \"{}\" saw its target ({}) do from {} to {}, as an allowlist.",
                 model.policy, model.target, model.started, model.ended
             ),
-            "Review it: of the kinds of operation listed, anything it does not allow is denied."
+            "Review it: the files, programs, capabilities, peers, sockets and mounts it does not"
                 .to_owned(),
+            "allow are denied.".to_owned(),
             "allowViolations: a trial, where nothing is denied and each operation it would deny"
                 .to_owned(),
             "is reported once; set it to false to enforce.".to_owned(),
@@ -168,6 +169,16 @@ impl Allowlist {
                     file.permissions.join(","),
                     times(file.count),
                     file.hooks.join(", ")
+                ));
+                continue;
+            }
+            if !file.path.starts_with('/') {
+                self.left_out.push(format!(
+                    "{} {} of {}, a file of no directory (a pipe, a socket...): allowed without \
+                     a rule",
+                    file.permissions.join(","),
+                    times(file.count),
+                    file.path
                 ));
                 continue;
             }
@@ -334,7 +345,6 @@ impl Allowlist {
     }
 }
 
-/// Sockets by family, with their types.
 /// `/proc/PID/REST` as `/proc/**/REST`: what a process reads of itself (through /proc/self/) is
 /// recorded under its PID.
 fn any_process(path: &str) -> Option<String> {
@@ -343,6 +353,7 @@ fn any_process(path: &str) -> Option<String> {
         .then(|| format!("/proc/**/{rest}"))
 }
 
+/// Sockets by family, with their types.
 fn sockets(model: &BehaviorModel) -> Vec<SocketAllow> {
     let mut families: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
     for socket in &model.sockets {
@@ -469,6 +480,33 @@ mod tests {
             ]
         );
         assert_eq!(allow.unix_sockets, ["/run/app.sock"]);
+    }
+
+    #[test]
+    fn a_pipe_is_said_and_left_out() {
+        let mut model = scripted_model();
+        model.files.push(FileUse {
+            path: "pipe:[77]".to_owned(),
+            permissions: vec!["write".to_owned()],
+            hooks: vec!["file_open".to_owned()],
+            count: 2,
+            collapsed: None,
+        });
+        let list = Allowlist::of(&model);
+        let allow = &list.policy.spec.defense_in_depth.as_ref().unwrap().allow;
+        assert!(
+            allow
+                .files
+                .iter()
+                .all(|rule| !rule.paths.contains(&"pipe:[77]".to_owned())),
+            "{allow:#?}"
+        );
+        assert!(
+            list.to_yaml()
+                .contains("write 2 times of pipe:[77], a file of no directory"),
+            "{}",
+            list.to_yaml()
+        );
     }
 
     #[test]

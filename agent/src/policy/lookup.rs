@@ -54,7 +54,9 @@ impl MapEntries {
                 }
             }
         }
-        self.deny_by_default(best, perms & !allowed)
+        // Files of no directory ("pipe:[N]") are not denied by default; UNIX socket names are.
+        let named = path.starts_with('/') || path.starts_with('@');
+        self.deny_by_default(best, if named { perms & !allowed } else { 0 })
     }
 
     /// Using capability `number`.
@@ -186,6 +188,8 @@ mod tests {
         assert_eq!(decide(&policy, "/usr/bin/env", PERM_EXEC), denied);
         assert_eq!(decide(&policy, "/run/app.sock", PERM_CONNECT), allowed);
         assert_eq!(decide(&policy, "/run/other.sock", PERM_CONNECT), denied);
+        assert_eq!(decide(&policy, "@other", PERM_CONNECT), denied);
+        assert_eq!(decide(&policy, "pipe:[77]", PERM_WRITE), allowed);
         let pair = |verdict: palisade_common::Verdict| (verdict.action, verdict.rule_id);
         let entries = policy.entries();
         assert_eq!(

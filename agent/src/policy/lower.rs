@@ -260,7 +260,13 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 fn check_globs(source: &dyn Display, rules: &[Rule]) -> Result<(), PolicyError> {
     let mut globs = 0;
     for rule in rules {
-        for effect in &rule.effects {
+        // A DefenseInDepth rule's allowances are named by their list as a whole.
+        let own = rule.effects.iter().map(|effect| (effect, false));
+        let allowed = rule.effects.iter().flat_map(|effect| match effect {
+            Effect::Allow(allowed) => allowed.iter().map(|effect| (effect, true)).collect(),
+            _ => Vec::new(),
+        });
+        for (effect, is_allowance) in own.chain(allowed) {
             let Effect::Paths { patterns, .. } = effect else {
                 continue;
             };
@@ -269,9 +275,14 @@ fn check_globs(source: &dyn Display, rules: &[Rule]) -> Result<(), PolicyError> 
                     continue;
                 }
                 if globs == MAX_GLOBS {
+                    let field = if is_allowance {
+                        format!("{}.allow", rule.field)
+                    } else {
+                        format!("{}.paths[{index}]", rule.field)
+                    };
                     return Err(PolicyError::new(
                         source,
-                        format!("{}.paths[{index}]", rule.field),
+                        field,
                         format!(
                             "a policy may hold at most {MAX_GLOBS} \"**\" patterns, built-in \
                              rules included"
@@ -774,6 +785,22 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .replace("spec.enhanceProtect.customRules.files[0].paths[0]", "spec.defenseInDepth.allow.unixSockets[0]"),
+        );
+    }
+
+    #[test]
+    fn an_allowlist_counts_towards_the_globs_limit() {
+        let paths: Vec<String> = (0..65).map(|i| format!("/proc/**/f{i}")).collect();
+        let text = with_spec(&format!(
+            "  mode: DefenseInDepth\n  defenseInDepth:\n    allow:\n      files: [{{paths: [{}], permissions: [read]}}]\n",
+            paths.join(", ")
+        ));
+        assert_eq!(
+            parse(&text).unwrap_err().to_string(),
+            format!(
+                "p.yaml: spec.defenseInDepth.allow: a policy may hold at most {MAX_GLOBS} \"**\" \
+                 patterns, built-in rules included"
+            )
         );
     }
 

@@ -71,6 +71,21 @@ pub fn enhance_protect(custom: usize, extra: &str) -> String {
     spec + extra
 }
 
+/// S4-N's rules on top of a DefenseInDepth allowlist of N directories nothing opens and the rest
+/// of the file system, every capability, destination and socket the benchmarks use: what an
+/// allowlist adds to as many deny rules where it allows.
+pub fn defense_in_depth(custom: usize) -> String {
+    let paths: Vec<String> = (0..custom)
+        .map(|index| format!("/srv/bench/allowed-{index}/"))
+        .chain(["/".to_owned()])
+        .collect();
+    let rules = enhance_protect(custom, "").replace("  mode: EnhanceProtect\n", "");
+    format!(
+        "  mode: DefenseInDepth\n  defenseInDepth:\n    allow:\n      files:\n        - paths: [{}]\n          permissions: [read, write, append, exec]\n      capabilities: [all]\n      network: [{{}}]\n      sockets: [{{family: unix}}, {{family: inet}}, {{family: inet6}}, {{family: netlink}}]\n{rules}",
+        paths.join(", ")
+    )
+}
+
 /// The policy on the target in `state`; None where there is none.
 fn state_policy(state: &str) -> Option<String> {
     let spec = match state {
@@ -78,6 +93,7 @@ fn state_policy(state: &str) -> Option<String> {
         "S3" => "  mode: RuntimeDefault\n".to_owned(),
         "S5" => enhance_protect(1, &file_rule("denied", micro::DENIED, "read", "deny")),
         "S6" => enhance_protect(1, &file_rule("audited", AUDITED, "read", "audit")),
+        "S7" => defense_in_depth(8),
         state => enhance_protect(state.strip_prefix("S4-")?.parse().ok()?, ""),
     };
     Some(policy_file("bench", TARGET, &spec))
@@ -270,7 +286,7 @@ mod tests {
         assert_eq!(
             with_policy,
             [
-                "S2", "S3", "S4-1", "S4-8", "S4-64", "S4-1024", "S4-10000", "S5", "S6"
+                "S2", "S3", "S4-1", "S4-8", "S4-64", "S4-1024", "S4-10000", "S5", "S6", "S7"
             ]
         );
     }
