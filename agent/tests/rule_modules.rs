@@ -615,7 +615,14 @@ fn a_rust_model_transform_drops_and_widens_and_says_so_in_the_model() {
     let tidy = transform(&host, &path, &config, &model).unwrap();
     assert_eq!(
         paths(&tidy),
-        ["", "/data/", "/etc/hosts", "/lib/", "/run/app.sock"]
+        [
+            "",
+            "/data/",
+            "/etc/hosts",
+            "/lib/",
+            "/proc/4242/maps",
+            "/run/app.sock"
+        ]
     );
     let widened = tidy.files.iter().find(|file| file.path == "/lib/").unwrap();
     assert_eq!(widened.permissions, ["exec"]);
@@ -674,6 +681,7 @@ fn a_rego_model_transform_drops_paths_and_may_not_change_what_the_model_is_of() 
         [
             "/etc/hosts",
             "/lib/x86_64-linux-gnu/libc.so.6",
+            "/proc/4242/maps",
             "/run/app.sock",
             "/tmp/out",
             ""
