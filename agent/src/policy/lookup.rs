@@ -64,16 +64,12 @@ impl MapEntries {
         let rule = self.switches.capability[number as usize];
         let mut verdict = Verdict::default();
         consider(&mut verdict, rule.action, rule.rule_id);
-        let unallowed = if allows(rule.action) {
-            0
-        } else {
-            DEFAULT_CAPABILITIES
-        };
-        self.deny_by_default(verdict, unallowed)
+        let allowed = allows(rule.action);
+        self.deny_by_default(verdict, if allowed { 0 } else { DEFAULT_CAPABILITIES })
     }
 
     /// Mounting a file system of type `fs_type`: the mount switch, or the type's entry if it is
-    /// stronger.
+    /// stronger; the default denial of a DefenseInDepth policy unless the entry allows the type.
     pub fn decide_mount(&self, fs_type: &str) -> Verdict {
         let mut verdict = self.switches.mount;
         let mut allowed = false;

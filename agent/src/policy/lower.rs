@@ -263,10 +263,10 @@ fn check_globs(source: &dyn Display, rules: &[Rule]) -> Result<(), PolicyError> 
         // A DefenseInDepth rule's allowances are named by their list as a whole.
         let own = rule.effects.iter().map(|effect| (effect, false));
         let allowed = rule.effects.iter().flat_map(|effect| match effect {
-            Effect::Allow(allowed) => allowed.iter().map(|effect| (effect, true)).collect(),
-            _ => Vec::new(),
+            Effect::Allow(allowed) => allowed.as_slice(),
+            _ => &[],
         });
-        for (effect, is_allowance) in own.chain(allowed) {
+        for (effect, is_allowance) in own.chain(allowed.map(|effect| (effect, true))) {
             let Effect::Paths { patterns, .. } = effect else {
                 continue;
             };
