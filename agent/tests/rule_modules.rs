@@ -597,6 +597,132 @@ fn a_rego_module_runs_its_fixtures_and_its_builtins_are_checked_at_load() {
     );
 }
 
+/// `palisade policy test DIR --module MODULE` passes, with `count` fixtures.
+fn assert_fixtures_pass(dir: &str, module: &Path, count: usize) {
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["policy", "test"])
+        .arg(workspace().join(dir))
+        .arg("--module")
+        .arg(module)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("{count} passed, 0 failed")),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_module_generates_and_widens_a_defense_in_depth_allowlist() {
+    const MODULE: &str = "rules/examples/runtime-needs";
+    let (path, _) = module(MODULE);
+    assert_fixtures_pass(MODULE, &path, 3);
+    let host = RuleHost::new(None).unwrap();
+    let compile = |spec: &str| compile(&host, spec).unwrap_or_else(|err| panic!("{err}"));
+    let config = "{resolvers: [10.96.0.10], time_zones: true}";
+    // What the module allows, written as allow rules.
+    let written = concat!(
+        "      files:\n",
+        "        - paths: [/etc/hosts, /etc/nsswitch.conf, /etc/resolv.conf, /etc/host.conf, /etc/gai.conf]\n",
+        "          permissions: [read]\n",
+        "        - {paths: [/etc/localtime, /usr/share/zoneinfo/**], permissions: [read]}\n",
+        "      network: [{addresses: [10.96.0.10], ports: [\"53\"], protocols: [udp, tcp]}]\n",
+        "      sockets:\n",
+        "        - {family: inet, types: [dgram, stream]}\n",
+        "        - {family: inet6, types: [dgram, stream]}\n",
+    );
+    let own = "      exec: [/usr/bin/app]\n      capabilities: [net_bind_service]\n";
+    let names = |policy: &CompiledPolicy| -> Vec<String> {
+        policy
+            .rules()
+            .iter()
+            .map(|rule| rule.name.clone())
+            .collect()
+    };
+    // Generated: a policy that allows nothing itself.
+    let generated = compile(&format!(
+        "  mode: DefenseInDepth\n  defenseInDepth: {{}}\n{}",
+        module_spec(MODULE, "runtime-needs", config)
+    ));
+    let by_hand = compile(&format!(
+        "  mode: DefenseInDepth\n  defenseInDepth:\n    allow:\n{written}"
+    ));
+    assert_eq!(generated.entries(), by_hand.entries());
+    assert_eq!(names(&generated), ["defense-in-depth"]);
+    // Widened: the policy's own allow rules and the module's.
+    let widened = compile(&format!(
+        "  mode: DefenseInDepth\n  defenseInDepth:\n    allow:\n{own}{}",
+        module_spec(MODULE, "runtime-needs", config)
+    ));
+    let by_hand = compile(&format!(
+        "  mode: DefenseInDepth\n  defenseInDepth:\n    allow:\n{own}{written}"
+    ));
+    assert_eq!(widened.entries(), by_hand.entries());
+    let narrower = compile(&format!(
+        "  mode: DefenseInDepth\n  defenseInDepth:\n    allow:\n{own}"
+    ));
+    assert_ne!(widened.entries(), narrower.entries());
+    // Allow rules widen an allowlist: in another mode they are refused.
+    let err = compile_err(
+        &host,
+        &format!(
+            "  mode: EnhanceProtect\n{}",
+            module_spec(MODULE, "runtime-needs", config)
+        ),
+    );
+    assert!(
+        err.contains(
+            "spec.ruleModules[0] (runtime-needs): its allow rules widen a DefenseInDepth policy's \
+             allowlist: not allowed with mode EnhanceProtect"
+        ),
+        "{err}"
+    );
+}
+
+fn compile_err(host: &RuleHost, spec: &str) -> String {
+    compile(host, spec).expect_err("refused").to_string()
+}
+
+#[test]
+fn a_module_s_allow_rules_are_checked_like_the_policy_s() {
+    let host = RuleHost::new(None).unwrap();
+    let with_rules = |name: &str, rules: &str| {
+        let (path, digest) = rego_module(name, &format!("compile := {rules}\n\ndecide := {{}}\n"));
+        format!(
+            "  mode: DefenseInDepth\n  defenseInDepth: {{}}\n  ruleModules:\n    - name: {name}\n      module: {}\n      sha256: {digest}\n      config: {{}}\n",
+            path.strip_prefix(scratch()).unwrap().display()
+        )
+    };
+    let cases = [
+        (
+            "bad-family",
+            r#"[{"name": "s", "action": "allow", "sockets": [{"family": "nonsense"}]}]"#,
+            "spec.ruleModules[0] (bad-family).allow.sockets[0].family: unknown address family \"nonsense\"",
+        ),
+        (
+            "deny-sockets",
+            r#"[{"name": "s", "action": "deny", "sockets": [{"family": "packet"}]}]"#,
+            "spec.ruleModules[0] (deny-sockets): rule \"s\": sockets and unix-sockets rules can only allow",
+        ),
+        (
+            "every-mount",
+            r#"[{"name": "m", "action": "allow", "mount": ["*"]}]"#,
+            "spec.ruleModules[0] (every-mount): rule \"m\": an allow rule names the file system types it allows",
+        ),
+        (
+            "bad-path",
+            r#"[{"name": "f", "action": "allow", "unix_sockets": ["relative"]}]"#,
+            "spec.ruleModules[0] (bad-path).allow.unixSockets[0]:",
+        ),
+    ];
+    for (name, rules, expected) in cases {
+        let err = compile_err(&host, &with_rules(name, rules));
+        assert!(err.contains(expected), "{name}: {err}");
+    }
+}
+
 /// The example model, as the agent writes models.
 fn web_model() -> BehaviorModel {
     load_model(&workspace().join("examples/models/web.yaml")).unwrap()

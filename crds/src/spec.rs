@@ -147,6 +147,8 @@ pub struct DefenseInDepth {
     /// (a trial period before enforcing; enhanceProtect's rules deny as they say).
     #[serde(default)]
     pub allow_violations: bool,
+    /// What the target may do: these allow rules and those of the policy's rule modules.
+    #[serde(default)]
     pub allow: AllowRules,
 }
 

@@ -485,12 +485,17 @@ static __always_inline __u64 operation_hash(const struct palisade_event *e)
 }
 
 /* Whether an event of a DefenseInDepth trial is the first of its operation (remembered now). A
- * full map forgets the least recently reported operation. */
+ * full map forgets the operation least recently seen. */
 static __always_inline int first_report(const struct palisade_event *e)
 {
 	__u64 key = operation_hash(e);
+	/* A lookup marks the operation recently seen; an update of an LRU map takes a free entry
+	 * (evicting one when full) before it finds the key there: only for a new operation. */
+	if (bpf_map_lookup_elem(&reported, &key))
+		return 0;
 	__u8 seen = 1;
-	/* Before 6.4 a map's error reaches the program as a 32-bit int, zero-extended. */
+	/* Another CPU may have remembered it since. Before 6.4 a map's error reaches the program as
+	 * a 32-bit int, zero-extended. */
 	return (int)bpf_map_update_elem(&reported, &key, &seen, BPF_NOEXIST) != -EEXIST;
 }
 

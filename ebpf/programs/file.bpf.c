@@ -7,17 +7,24 @@
  */
 #include "path_walk.h"
 
-/* The permissions an open asks for. Opens for exec are decided by the exec hooks instead. */
+/*
+ * The permissions an open asks for. Opens for exec are decided by the exec hooks instead (when
+ * file_open runs, 6.12 has marked them in f_flags only). Access mode 3 opens for ioctls only,
+ * with the permission checks of reading and writing: it asks for both.
+ */
 static __always_inline __u32 open_perms(struct file *file)
 {
 	__u32 mode = file->f_mode;
-	if (mode & FMODE_EXEC)
+	__u32 flags = file->f_flags;
+	if ((mode & FMODE_EXEC) || (flags & __FMODE_EXEC))
 		return 0;
+	if ((flags & O_ACCMODE) == O_ACCMODE)
+		return PALISADE_PERM_READ | PALISADE_PERM_WRITE;
 	__u32 perms = 0;
 	if (mode & FMODE_READ)
 		perms |= PALISADE_PERM_READ;
 	if (mode & FMODE_WRITE)
-		perms |= (file->f_flags & O_APPEND) ? PALISADE_PERM_APPEND : PALISADE_PERM_WRITE;
+		perms |= (flags & O_APPEND) ? PALISADE_PERM_APPEND : PALISADE_PERM_WRITE;
 	return perms;
 }
 

@@ -82,14 +82,16 @@ pub mod transform_bindings {
 
 pub use bindings::{
     Context, Entry, Guest,
-    palisade::rule::types::{Action, FileRule, Matcher, NetworkRule, Permission, Protocol},
+    palisade::rule::types::{
+        Action, FileRule, Matcher, NetworkRule, Permission, Protocol, SocketRule,
+    },
 };
 #[doc(hidden)]
 pub use serde_json;
 pub use transform::{Transform, transform_json};
 
 /// The ABI version this SDK builds modules for (the WIT package version).
-pub const ABI_VERSION: &str = "0.3.0";
+pub const ABI_VERSION: &str = "0.4.0";
 
 /// A rule module.
 pub trait Rule {
@@ -288,6 +290,24 @@ impl Entry {
             name: name.into(),
             matcher: Matcher::Capabilities(capabilities),
             action,
+        }
+    }
+
+    /// Creating the sockets `sockets` lists (an allow rule: only `Action::Allow`).
+    pub fn sockets(name: impl Into<String>, sockets: Vec<SocketRule>) -> Self {
+        Self {
+            name: name.into(),
+            matcher: Matcher::Sockets(sockets),
+            action: Action::Allow,
+        }
+    }
+
+    /// Connecting to the UNIX stream sockets at `paths` (an allow rule: only `Action::Allow`).
+    pub fn unix_sockets(name: impl Into<String>, paths: Vec<String>) -> Self {
+        Self {
+            name: name.into(),
+            matcher: Matcher::UnixSockets(paths),
+            action: Action::Allow,
         }
     }
 }

@@ -119,6 +119,7 @@ pub fn rule_modules(palisade: &Path, dir: &Path) -> anyhow::Result<Vec<(PathBuf,
     let crates = [
         "rules/examples/protect-files",
         "rules/examples/egress",
+        "rules/examples/runtime-needs",
         "tests/rules/misbehaving",
     ];
     Ok(build_rule_modules(palisade, &crates, dir)?

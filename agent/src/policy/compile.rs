@@ -7,10 +7,10 @@ use std::{fmt::Display, time::Duration};
 use palisade_common::{POLICY_ALWAYS_ALLOW, POLICY_MODELING, POLICY_REPORT_ONCE};
 
 use super::{
-    Action, CustomRules, Mode, OnFailure, Policy, PolicyError,
+    Action, Mode, OnFailure, Policy, PolicyError,
     catalog::Environment,
     encode::{MapEntries, encode},
-    lower::{Violations, lower, modeling},
+    lower::{ModuleRules, Violations, lower, modeling},
 };
 
 /// What one policy compiles to, independent of the policy id it is installed under.
@@ -106,7 +106,7 @@ pub fn compile(
     source: &dyn Display,
     policy: &Policy,
     env: &Environment,
-    modules: &[CustomRules],
+    modules: &[ModuleRules],
 ) -> Result<CompiledPolicy, PolicyError> {
     let modeling = modeling(source, policy)?;
     let rules = lower(source, policy, env, modules)?;

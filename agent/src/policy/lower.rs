@@ -8,7 +8,8 @@ use palisade_common::{ANY_PROTOCOL, FS_TYPE_LEN, MAX_GLOBS, PERM_CONNECT, PERM_E
 use palisade_rule_sdk::model::{family_number, socket_type_number};
 
 use super::{
-    Action, CustomRules, Mode, Pattern, Policy, PolicyError, PortRange, Protocol,
+    Action, AllowRules, CustomRules, Mode, Pattern, Policy, PolicyError, PortRange, Protocol,
+    RuleModule,
     catalog::{self, Category, Environment},
     effect::{AddressBlock, EXEC_RULE_PERMS, Effect, Switch, parse_port_range},
     permission::kernel_perms,
@@ -26,6 +27,14 @@ const MAX_FAMILY: u32 = 64;
 const SOCK_TYPE_MASK: u32 = 0xf;
 /// The longest BehaviorModeling: a week.
 const LONGEST_MODELING: Duration = Duration::from_secs(168 * 3600);
+
+/// What one rule module compiled: rules like a policy's custom rules, and allow rules that
+/// widen a DefenseInDepth policy's allowlist.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModuleRules {
+    pub custom: CustomRules,
+    pub allow: AllowRules,
+}
 
 /// A rule on its way into the maps.
 pub(super) struct Rule {
@@ -59,17 +68,17 @@ pub(super) fn lower(
     source: &dyn Display,
     policy: &Policy,
     env: &Environment,
-    modules: &[CustomRules],
+    modules: &[ModuleRules],
 ) -> Result<Vec<Rule>, PolicyError> {
     let mut rules = listed_rules(source, policy, env)?;
-    rules.extend(defense_in_depth(source, policy)?);
+    rules.extend(defense_in_depth(source, policy, modules)?);
     if policy.spec.mode != Mode::AlwaysAllow {
-        for (index, (module, custom)) in policy.spec.rule_modules.iter().zip(modules).enumerate() {
-            let base = format!("spec.ruleModules[{index}] ({})", module.name);
+        for (index, (module, compiled)) in policy.spec.rule_modules.iter().zip(modules).enumerate()
+        {
             custom_rules(
                 source,
-                custom,
-                &base,
+                &compiled.custom,
+                &module_field(index, module),
                 &format!("{}/", module.name),
                 &mut rules,
             )?;
@@ -115,8 +124,20 @@ pub(super) fn modeling(
     }
 }
 
-/// DefenseInDepth: the rule denying and reporting what `defenseInDepth.allow` does not allow.
-fn defense_in_depth(source: &dyn Display, policy: &Policy) -> Result<Option<Rule>, PolicyError> {
+/// Where errors name `spec.ruleModules[index]`.
+pub fn module_field(index: usize, module: &RuleModule) -> String {
+    format!("spec.ruleModules[{index}] ({})", module.name)
+}
+
+/// DefenseInDepth: the rule denying and reporting what neither `defenseInDepth.allow` nor the
+/// allow rules of the policy's rule modules (`modules[i]` compiled by `spec.ruleModules[i]`)
+/// allow.
+fn defense_in_depth(
+    source: &dyn Display,
+    policy: &Policy,
+    modules: &[ModuleRules],
+) -> Result<Option<Rule>, PolicyError> {
+    let mut rule_modules = policy.spec.rule_modules.iter().zip(modules).enumerate();
     let defense = match (policy.spec.mode, &policy.spec.defense_in_depth) {
         (Mode::DefenseInDepth, Some(defense)) => defense,
         (Mode::DefenseInDepth, None) => {
@@ -133,10 +154,46 @@ fn defense_in_depth(source: &dyn Display, policy: &Policy) -> Result<Option<Rule
                 format!("only allowed with mode DefenseInDepth, not {mode:?}"),
             ));
         }
-        (_, None) => return Ok(None),
+        (mode, None) => {
+            let allowing =
+                rule_modules.find(|(_, (_, compiled))| compiled.allow != AllowRules::default());
+            if let Some((index, (module, _))) = allowing {
+                return Err(PolicyError::new(
+                    source,
+                    module_field(index, module),
+                    format!(
+                        "its allow rules widen a DefenseInDepth policy's allowlist: not allowed \
+                         with mode {mode:?}"
+                    ),
+                ));
+            }
+            return Ok(None);
+        }
     };
-    let allow = &defense.allow;
-    let field = format!("{DEFENSE_IN_DEPTH}.allow");
+    let mut allowed = allowances(source, &format!("{DEFENSE_IN_DEPTH}.allow"), &defense.allow)?;
+    for (index, (module, compiled)) in rule_modules {
+        let field = format!("{}.allow", module_field(index, module));
+        allowed.extend(allowances(source, &field, &compiled.allow)?);
+    }
+    Ok(Some(Rule {
+        field: DEFENSE_IN_DEPTH.to_owned(),
+        name: "defense-in-depth".to_owned(),
+        action: Action::Deny,
+        effects: vec![
+            Effect::DenyByDefault {
+                trial: defense.allow_violations,
+            },
+            Effect::Allow(allowed),
+        ],
+    }))
+}
+
+/// The effects of the allow rules `allow`, found at `field`.
+fn allowances(
+    source: &dyn Display,
+    field: &str,
+    allow: &AllowRules,
+) -> Result<Vec<Effect>, PolicyError> {
     let list = |name: &str| format!("{field}.{name}");
     let mut allowed = Vec::new();
     for (index, file) in allow.files.iter().enumerate() {
@@ -165,7 +222,7 @@ fn defense_in_depth(source: &dyn Display, policy: &Policy) -> Result<Option<Rule
     if !allow.capabilities.is_empty() {
         allowed.push(Effect::Capabilities(capability_mask(
             source,
-            &field,
+            field,
             &allow.capabilities,
         )?));
     }
@@ -211,17 +268,7 @@ fn defense_in_depth(source: &dyn Display, policy: &Policy) -> Result<Option<Rule
     if !sockets.is_empty() {
         allowed.push(Effect::Sockets(sockets));
     }
-    Ok(Some(Rule {
-        field: DEFENSE_IN_DEPTH.to_owned(),
-        name: "defense-in-depth".to_owned(),
-        action: Action::Deny,
-        effects: vec![
-            Effect::DenyByDefault {
-                trial: defense.allow_violations,
-            },
-            Effect::Allow(allowed),
-        ],
-    }))
+    Ok(allowed)
 }
 
 /// Hours, minutes and seconds in that order, each optional ("90s", "15m", "1h30m"), from 1 s to

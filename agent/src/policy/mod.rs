@@ -15,11 +15,12 @@ pub use catalog::{CAPABILITIES, Environment};
 pub use compile::{CompiledPolicy, Decider, RuleInfo, compile};
 pub use effect::AddressBlock;
 pub use encode::{MapEntries, NetworkEntry, TrieEntry};
-pub use lower::ip_protocol;
+pub use lower::{ModuleRules, ip_protocol, module_field};
 pub use model::{KIND, Metadata, Policy};
 pub use palisade_crds::{
-    Action, CapabilityRule, CustomRules, EnhanceProtect, ExecRule, FileRule, Mode, MountRule,
-    NetworkRule, OnFailure, Permission, PolicySpec, PortRange, Protocol, RuleModule, Target,
+    Action, AllowRules, CapabilityRule, CustomRules, EnhanceProtect, ExecRule, FileAllow, FileRule,
+    Mode, MountRule, NetworkAllow, NetworkRule, OnFailure, Permission, PolicySpec, PortRange,
+    Protocol, RuleModule, SocketAllow, Target,
 };
 pub use pattern::Pattern;
 pub use permission::{PERMISSION_NAMES, permission_bit, permission_names};

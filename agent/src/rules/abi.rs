@@ -28,4 +28,4 @@ pub mod types {
 }
 
 /// The ABI modules must be built for (the version of the WIT package `palisade:rule`).
-pub const ABI_VERSION: &str = "0.3.0";
+pub const ABI_VERSION: &str = "0.4.0";

@@ -5,6 +5,7 @@
 use std::{
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    sync::atomic::{AtomicU64, Ordering},
 };
 
 use anyhow::{Context, ensure};
@@ -37,7 +38,13 @@ fn build_rego(dir: &Path) -> anyhow::Result<Vec<u8>> {
         "{}: neither a Rust crate (Cargo.toml) nor Rego files (*.rego)",
         dir.display()
     );
-    let work = std::env::temp_dir().join(format!("palisade-rego-{}", std::process::id()));
+    // One directory per build: a process may build several modules at once.
+    static BUILDS: AtomicU64 = AtomicU64::new(0);
+    let build_number = BUILDS.fetch_add(1, Ordering::Relaxed);
+    let work = std::env::temp_dir().join(format!(
+        "palisade-rego-{}-{build_number}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&work)?;
     let bundle = work.join("bundle.tar.gz");
     let mut build = Command::new("opa");

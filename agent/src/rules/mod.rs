@@ -13,7 +13,9 @@ mod sandbox;
 
 pub use abi::{
     ABI_VERSION, Event, Severity, Verdict,
-    types::{Action, Context, Entry, FileRule, Matcher, NetworkRule, Permission, Protocol},
+    types::{
+        Action, Context, Entry, FileRule, Matcher, NetworkRule, Permission, Protocol, SocketRule,
+    },
 };
 pub use build::build;
 pub use host::{
@@ -23,8 +25,9 @@ pub use host::{
 use std::{fmt::Display, path::Path};
 
 use crate::policy::{
-    self, CapabilityRule, CompiledPolicy, CustomRules, Environment, ExecRule, MountRule,
-    NetworkRule as PolicyNetworkRule, Policy, PolicyError, PortRange,
+    self, AllowRules, CapabilityRule, CompiledPolicy, CustomRules, Environment, ExecRule,
+    FileAllow, ModuleRules, MountRule, NetworkAllow, NetworkRule as PolicyNetworkRule, Policy,
+    PolicyError, PortRange, SocketAllow, module_field,
 };
 
 /// Compiles `policy` (from `source`, which errors name) with the kernel rules of its rule
@@ -45,23 +48,22 @@ pub fn compile_policy(
     policy::compile(source, policy, env, &rules)
 }
 
-/// Loads each of `policy`'s rule modules and compiles its config: the kernel rules of
-/// `spec.ruleModules[i]` are element `i`, as custom rules (the compiler checks them like rules
-/// written in a policy). Module files are found relative to `dir`.
+/// Loads each of `policy`'s rule modules and compiles its config: the rules of
+/// `spec.ruleModules[i]` are element `i`. Module files are found relative to `dir`.
 fn compile_modules(
     host: &RuleHost,
     source: &dyn Display,
     dir: &Path,
     policy: &Policy,
     context: &Context,
-) -> Result<Vec<CustomRules>, PolicyError> {
+) -> Result<Vec<ModuleRules>, PolicyError> {
     policy
         .spec
         .rule_modules
         .iter()
         .enumerate()
         .map(|(index, module)| {
-            let field = format!("spec.ruleModules[{index}] ({})", module.name);
+            let field = module_field(index, module);
             let error = |reason: String| PolicyError::new(source, &field, reason);
             let loaded = host
                 .load(&dir.join(&module.module), &module.sha256)
@@ -69,86 +71,130 @@ fn compile_modules(
             let entries = loaded
                 .compile(&module.config.to_string(), context)
                 .map_err(|err| error(format!("compiling its config: {err}")))?;
-            custom_rules(entries).map_err(error)
+            module_rules(entries).map_err(error)
         })
         .collect()
 }
 
-/// A module's entries as the custom rules they stand for.
-fn custom_rules(entries: Vec<Entry>) -> Result<CustomRules, String> {
-    let mut custom = CustomRules::default();
-    for (
-        index,
-        Entry {
-            name,
-            matcher,
-            action,
-        },
-    ) in entries.into_iter().enumerate()
-    {
-        if name.is_empty() {
+/// A module's entries as the rules they stand for: its deny and audit rules as custom rules, its
+/// allow rules as allow rules (the compiler checks both like rules written in a policy).
+fn module_rules(entries: Vec<Entry>) -> Result<ModuleRules, String> {
+    let mut rules = ModuleRules::default();
+    for (index, entry) in entries.into_iter().enumerate() {
+        if entry.name.is_empty() {
             return Err(format!("rule {index} of the module has no name"));
         }
-        let name = Some(name);
-        let action = match action {
-            Action::Deny => policy::Action::Deny,
-            Action::Audit => policy::Action::Audit,
-        };
-        match matcher {
-            Matcher::Files(FileRule { paths, permissions }) => {
-                custom.files.push(policy::FileRule {
-                    name,
-                    paths,
-                    permissions: permissions
-                        .into_iter()
-                        .map(|permission| match permission {
-                            Permission::Read => policy::Permission::Read,
-                            Permission::Write => policy::Permission::Write,
-                            Permission::Append => policy::Permission::Append,
-                            Permission::Exec => policy::Permission::Exec,
-                        })
-                        .collect(),
-                    action,
-                })
-            }
-            Matcher::Exec(paths) => custom.exec.push(ExecRule {
-                name,
-                paths,
-                action,
-            }),
-            Matcher::Network(NetworkRule {
-                addresses,
-                ports,
-                protocols,
-            }) => custom.network.push(PolicyNetworkRule {
-                name,
-                addresses,
-                ports: ports.into_iter().map(PortRange::Range).collect(),
-                protocols: protocols
-                    .into_iter()
-                    .map(|protocol| match protocol {
-                        Protocol::Tcp => policy::Protocol::Tcp,
-                        Protocol::Udp => policy::Protocol::Udp,
-                        Protocol::Icmp => policy::Protocol::Icmp,
-                    })
-                    .collect(),
-                action,
-            }),
-            // "*" is every mount, as an empty list is in a policy.
-            Matcher::Mount(fs_types) => custom.mount.push(MountRule {
-                name,
-                fs_types: fs_types
-                    .into_iter()
-                    .filter(|fs_type| fs_type != "*")
-                    .collect(),
-                action,
-            }),
-            Matcher::Capabilities(capabilities) => custom.capabilities.push(CapabilityRule {
-                name,
-                capabilities,
-                action,
-            }),
+        match entry.action {
+            Action::Deny => custom_rule(&mut rules.custom, entry, policy::Action::Deny)?,
+            Action::Audit => custom_rule(&mut rules.custom, entry, policy::Action::Audit)?,
+            Action::Allow => allow_rule(&mut rules.allow, entry)?,
         }
     }
-    Ok(custom)
+    Ok(rules)
+}
+
+/// Adds `entry`, a deny or audit rule, to `custom` with `action`.
+fn custom_rule(
+    custom: &mut CustomRules,
+    Entry { name, matcher, .. }: Entry,
+    action: policy::Action,
+) -> Result<(), String> {
+    match matcher {
+        Matcher::Files(FileRule { paths, permissions }) => custom.files.push(policy::FileRule {
+            name: Some(name),
+            paths,
+            permissions: permissions.into_iter().map(permission).collect(),
+            action,
+        }),
+        Matcher::Exec(paths) => custom.exec.push(ExecRule {
+            name: Some(name),
+            paths,
+            action,
+        }),
+        Matcher::Network(NetworkRule {
+            addresses,
+            ports,
+            protocols,
+        }) => custom.network.push(PolicyNetworkRule {
+            name: Some(name),
+            addresses,
+            ports: ports.into_iter().map(PortRange::Range).collect(),
+            protocols: protocols.into_iter().map(protocol).collect(),
+            action,
+        }),
+        // "*" is every mount, as an empty list is in a policy.
+        Matcher::Mount(fs_types) => custom.mount.push(MountRule {
+            name: Some(name),
+            fs_types: fs_types
+                .into_iter()
+                .filter(|fs_type| fs_type != "*")
+                .collect(),
+            action,
+        }),
+        Matcher::Capabilities(capabilities) => custom.capabilities.push(CapabilityRule {
+            name: Some(name),
+            capabilities,
+            action,
+        }),
+        Matcher::Sockets(_) | Matcher::UnixSockets(_) => {
+            return Err(format!(
+                "rule \"{name}\": sockets and unix-sockets rules can only allow"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Adds `entry`, an allow rule, to `allow`.
+fn allow_rule(allow: &mut AllowRules, Entry { name, matcher, .. }: Entry) -> Result<(), String> {
+    match matcher {
+        Matcher::Files(FileRule { paths, permissions }) => allow.files.push(FileAllow {
+            paths,
+            permissions: permissions.into_iter().map(permission).collect(),
+        }),
+        Matcher::Exec(paths) => allow.exec.extend(paths),
+        Matcher::Network(NetworkRule {
+            addresses,
+            ports,
+            protocols,
+        }) => allow.network.push(NetworkAllow {
+            addresses,
+            ports: ports.into_iter().map(PortRange::Range).collect(),
+            protocols: protocols.into_iter().map(protocol).collect(),
+        }),
+        Matcher::Mount(fs_types) => {
+            if fs_types.iter().any(|fs_type| fs_type == "*") {
+                return Err(format!(
+                    "rule \"{name}\": an allow rule names the file system types it allows (\"*\" \
+                     is every mount only in deny and audit rules)"
+                ));
+            }
+            allow.mount.extend(fs_types)
+        }
+        Matcher::Capabilities(capabilities) => allow.capabilities.extend(capabilities),
+        Matcher::Sockets(sockets) => allow.sockets.extend(
+            sockets
+                .into_iter()
+                .map(|SocketRule { family, types }| SocketAllow { family, types }),
+        ),
+        Matcher::UnixSockets(paths) => allow.unix_sockets.extend(paths),
+    }
+    Ok(())
+}
+
+fn permission(permission: Permission) -> policy::Permission {
+    match permission {
+        Permission::Read => policy::Permission::Read,
+        Permission::Write => policy::Permission::Write,
+        Permission::Append => policy::Permission::Append,
+        Permission::Exec => policy::Permission::Exec,
+    }
+}
+
+fn protocol(protocol: Protocol) -> policy::Protocol {
+    match protocol {
+        Protocol::Tcp => policy::Protocol::Tcp,
+        Protocol::Udp => policy::Protocol::Udp,
+        Protocol::Icmp => policy::Protocol::Icmp,
+    }
 }

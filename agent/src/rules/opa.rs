@@ -4,9 +4,10 @@
 //! (a model transform), play the parts of the component exports:
 //!
 //! - `data.palisade.compile`, with input `{"config": ..., "context": {...}}`: a list of rules
-//!   `{"name": N, "action": "deny"|"audit", "files": {"paths": [...], "permissions": [...]}}`
-//!   (or `"exec": [paths]`, `"network": {"addresses", "ports", "protocols"}`, `"mount": [types]`,
-//!   `"capabilities": [names]`), or `{"error": "why"}`;
+//!   `{"name": N, "action": "deny"|"audit"|"allow", "files": {"paths": [...], "permissions":
+//!   [...]}}` (or `"exec": [paths]`, `"network": {"addresses", "ports", "protocols"}`, `"mount":
+//!   [types]`, `"capabilities": [names]`, `"sockets": [{"family", "types"}]`, `"unix_sockets":
+//!   [paths]`), or `{"error": "why"}`;
 //! - `data.palisade.decide`, with input `{"config": ..., "event": {...}}`: `{"keep", "severity",
 //!   "tags", "annotations", "kill"}`, every field optional (undefined: keep the event);
 //! - `data.palisade.transform`, with input `{"config": ..., "model": {...}}`: the model to use
@@ -373,6 +374,10 @@ struct RegoRule {
     mount: Option<Vec<String>>,
     #[serde(default)]
     capabilities: Option<Vec<String>>,
+    #[serde(default)]
+    sockets: Option<Vec<RegoSocket>>,
+    #[serde(default)]
+    unix_sockets: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -380,6 +385,7 @@ struct RegoRule {
 enum RegoAction {
     Deny,
     Audit,
+    Allow,
 }
 
 #[derive(Deserialize)]
@@ -408,6 +414,14 @@ struct RegoNetwork {
     ports: Vec<serde_json::Value>,
     #[serde(default)]
     protocols: Vec<RegoProtocol>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegoSocket {
+    family: String,
+    #[serde(default)]
+    types: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -469,9 +483,21 @@ impl RegoRule {
         if let Some(capabilities) = self.capabilities {
             matchers.push(Matcher::Capabilities(capabilities));
         }
+        if let Some(sockets) = self.sockets {
+            matchers.push(Matcher::Sockets(
+                sockets
+                    .into_iter()
+                    .map(|RegoSocket { family, types }| types::SocketRule { family, types })
+                    .collect(),
+            ));
+        }
+        if let Some(paths) = self.unix_sockets {
+            matchers.push(Matcher::UnixSockets(paths));
+        }
         let [matcher] = <[Matcher; 1]>::try_from(matchers).map_err(|_| {
             format!(
-                "rule \"{name}\" needs exactly one of files, exec, network, mount, capabilities"
+                "rule \"{name}\" needs exactly one of files, exec, network, mount, capabilities, \
+                 sockets, unix_sockets"
             )
         })?;
         Ok(types::Entry {
@@ -480,6 +506,7 @@ impl RegoRule {
             action: match self.action {
                 RegoAction::Deny => types::Action::Deny,
                 RegoAction::Audit => types::Action::Audit,
+                RegoAction::Allow => types::Action::Allow,
             },
         })
     }

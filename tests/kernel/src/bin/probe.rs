@@ -40,7 +40,8 @@
 //!                               read, in ns since the Unix epoch)
 //! probe read-until-allowed PATH DIR (reads until allowed, then at once makes the directory
 //!                                   DIR: a cgroup, created the moment the target is released)
-//! probe truncate|unlink|mkdir|readlink|chroot|mknod-block PATH
+//! probe truncate|unlink|mkdir|readlink|chroot|mknod-block|open-ioctl PATH
+//!                              (open-ioctl: access mode 3, neither read nor write: ioctls only)
 //! probe setuid UID
 //! probe rename|link|symlink FROM TO
 //! probe chmod PATH OCTAL-MODE | chown PATH UID GID
@@ -786,6 +787,7 @@ fn path_op(op: &str, path: &str) -> io::Result<()> {
                 libc::mknod(c_path.as_ptr(), libc::S_IFBLK | 0o600, libc::makedev(1, 0))
                     as libc::c_long
             }
+            "open-ioctl" => libc::open(c_path.as_ptr(), libc::O_ACCMODE) as libc::c_long,
             "readlink" => {
                 let mut buf = [0u8; 256];
                 libc::readlink(c_path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) as libc::c_long
@@ -1045,7 +1047,7 @@ fn main() -> ExitCode {
         ["kill", pid, signal] => report(kill(pid, signal)),
         [
             op @ ("truncate" | "unlink" | "mkdir" | "readlink" | "umount" | "chroot"
-            | "mknod-block"),
+            | "mknod-block" | "open-ioctl"),
             path,
         ] => report(path_op(op, path)),
         ["setuid", uid] => {

@@ -18,7 +18,7 @@ use super::{
 };
 
 /// Copies the module `name` (built into the VM image) into `dir`; returns its SHA-256 digest.
-fn install_module(name: &str, dir: &str) -> String {
+pub(super) fn install_module(name: &str, dir: &str) -> String {
     use sha2::Digest;
     let source = binary("PALISADE_RULES").join(format!("{name}.wasm"));
     let bytes = std::fs::read(&source).unwrap_or_else(|err| panic!("{}: {err}", source.display()));
