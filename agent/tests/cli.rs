@@ -131,6 +131,9 @@ fn policy_replay_counts_what_a_candidate_would_have_blocked_per_rule() {
         event(
             r#""hook":"socket_connect","path":"","permissions":[],"socket":{"family":2,"protocol":6,"address":"169.254.169.254","port":80}"#,
         ),
+        event(
+            r#""hook":"socket_create","path":"","permissions":[],"socket":{"family":2,"protocol":17},"arg":2"#,
+        ),
         event(r#""hook":"task_kill","path":"","permissions":[],"signal":9"#),
     ]
     .concat();
@@ -138,7 +141,7 @@ fn policy_replay_counts_what_a_candidate_would_have_blocked_per_rule() {
     let candidate = dir.join("candidate.yaml");
     std::fs::write(
         &candidate,
-        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: candidate\nspec:\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    hardeningRules: [disable-cap-sys-admin]\n    attackProtectionRules: [disable-access-shadow, block-access-to-metadata-service]\n    auditRules: [block-access-to-metadata-service]\n",
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: candidate\nspec:\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    hardeningRules: [disable-cap-sys-admin]\n    attackProtectionRules: [disable-access-shadow, block-access-to-metadata-service, disable-udp]\n    auditRules: [block-access-to-metadata-service]\n",
     )
     .unwrap();
     let (code, out, err) = palisade(&[
@@ -152,7 +155,7 @@ fn policy_replay_counts_what_a_candidate_would_have_blocked_per_rule() {
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert!(
-        lines[0].ends_with("5 events replayed, 1 not replayable, 1 matched no rule"),
+        lines[0].ends_with("6 events replayed, 1 not replayable, 1 matched no rule"),
         "{out}"
     );
     let row = |rule: &str| -> Vec<&str> {
@@ -166,6 +169,7 @@ fn policy_replay_counts_what_a_candidate_would_have_blocked_per_rule() {
     };
     assert_eq!(row("disable-access-shadow"), ["2", "0"]);
     assert_eq!(row("disable-cap-sys-admin"), ["1", "0"]);
+    assert_eq!(row("disable-udp"), ["1", "0"]);
     assert_eq!(row("block-access-to-metadata-service"), ["0", "1"]);
     assert!(out.contains("not replayable: 1 task_kill events"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();

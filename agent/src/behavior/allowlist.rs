@@ -182,14 +182,24 @@ impl Allowlist {
                 ));
                 continue;
             }
-            let path = match any_process(&file.path) {
-                Some(path) => {
+            let path = match process_file(&file.path) {
+                ProcessFile::Any(path) => {
                     let about = "any process's: a process's own files in /proc are named by its \
                                  PID, which differs from run to run";
                     self.about_path.insert(path.clone(), about.to_owned());
                     path
                 }
-                None => {
+                ProcessFile::Unnamed => {
+                    self.left_out.push(format!(
+                        "{} {} of {}, a process's own files in /proc: no path with one `**` names \
+                         them for every PID (allow /proc/ by hand if the workload needs them)",
+                        file.permissions.join(","),
+                        times(file.count),
+                        file.path
+                    ));
+                    continue;
+                }
+                ProcessFile::Not => {
                     self.describe(file);
                     file.path.clone()
                 }
@@ -345,12 +355,39 @@ impl Allowlist {
     }
 }
 
-/// `/proc/PID/REST` as `/proc/**/REST`: what a process reads of itself (through /proc/self/) is
-/// recorded under its PID.
-fn any_process(path: &str) -> Option<String> {
-    let (pid, rest) = path.strip_prefix("/proc/")?.split_once('/')?;
-    (!pid.is_empty() && pid.bytes().all(|byte| byte.is_ascii_digit()))
-        .then(|| format!("/proc/**/{rest}"))
+/// A path of a process's own files in /proc: what a process reads of itself (through
+/// /proc/self/ and /proc/thread-self/) is recorded under its PID and TID.
+#[derive(Debug, PartialEq, Eq)]
+enum ProcessFile {
+    /// Not one.
+    Not,
+    /// `/proc/PID/REST` (or `/proc/PID/task/TID/REST`) for any process: `/proc/**/REST`.
+    Any(String),
+    /// One no pattern names for every PID: a directory's files (a collapsed `/proc/PID/fdinfo/`)
+    /// or a path cut short (`...**`) would need a second `**`.
+    Unnamed,
+}
+
+fn process_file(path: &str) -> ProcessFile {
+    let is_id = |id: &str| !id.is_empty() && id.bytes().all(|byte| byte.is_ascii_digit());
+    let Some((_, rest)) = path
+        .strip_prefix("/proc/")
+        .and_then(|path| path.split_once('/'))
+        .filter(|(pid, _)| is_id(pid))
+    else {
+        return ProcessFile::Not;
+    };
+    let rest = match rest
+        .strip_prefix("task/")
+        .and_then(|task| task.split_once('/'))
+    {
+        Some((tid, rest)) if is_id(tid) => rest,
+        _ => rest,
+    };
+    if rest.ends_with('/') || rest.contains("**") {
+        return ProcessFile::Unnamed;
+    }
+    ProcessFile::Any(format!("/proc/**/{rest}"))
 }
 
 /// Sockets by family, with their types.
@@ -416,6 +453,26 @@ mod tests {
     /// see.
     fn scripted_model() -> BehaviorModel {
         serde_yaml::from_str(include_str!("../../../examples/models/web.yaml")).unwrap()
+    }
+
+    #[test]
+    fn a_process_s_own_files_in_proc_are_named_for_any_process() {
+        let any = |path: &str| ProcessFile::Any(path.to_owned());
+        for (path, expected) in [
+            ("/proc/4242/maps", any("/proc/**/maps")),
+            ("/proc/4242/fd", any("/proc/**/fd")),
+            ("/proc/4242/task/4243/stat", any("/proc/**/stat")),
+            ("/proc/4242/task/4243", any("/proc/**/task/4243")),
+            ("/proc/4242/fdinfo/", ProcessFile::Unnamed),
+            ("/proc/4242/task/4243/fdinfo/", ProcessFile::Unnamed),
+            ("/proc/4242/attr/a-very-long-name**", ProcessFile::Unnamed),
+            ("/proc/cpuinfo", ProcessFile::Not),
+            ("/proc/sys/kernel/hostname", ProcessFile::Not),
+            ("/proc/4242", ProcessFile::Not),
+            ("/srv/4242/maps", ProcessFile::Not),
+        ] {
+            assert_eq!(process_file(path), expected, "{path}");
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The hooks decisions are made in, by the number events and counters carry, with the name they
 //! are reported by and the class of rules they decide.
 
-use Subject::{Capability, Destination, FsType, Other, Path};
+use Subject::{Capability, Destination, FsType, Other, Path, Socket};
 use palisade_common::{
     ACTION_DENY, HOOK_BPF, HOOK_BPRM_CHECK, HOOK_CAPABLE, HOOK_FILE_OPEN, HOOK_FILE_RECEIVE,
     HOOK_FS_CONTEXT_PARSE_PARAM, HOOK_MMAP_FILE, HOOK_MOVE_MOUNT, HOOK_PATH_CHMOD, HOOK_PATH_LINK,
@@ -32,8 +32,10 @@ pub enum Subject {
     Destination,
     /// The type of a file system being mounted.
     FsType,
-    /// What an event does not record in full (a signal's or tracee's target, a socket's family,
-    /// a BPF command): such events cannot be replayed.
+    /// A new socket: family, type and protocol.
+    Socket,
+    /// What an event does not record in full (a signal's or tracee's target, a BPF command):
+    /// such events cannot be replayed.
     Other,
 }
 
@@ -81,7 +83,7 @@ pub const HOOKS: &[Hook] = &[
     hook(HOOK_USERNS_CREATE, "userns_create", "capabilities", Other),
     hook(HOOK_BPF, "bpf", "bpf", Other),
     hook(HOOK_SOCKET_SETSOCKOPT, "socket_setsockopt", "bpf", Other),
-    hook(HOOK_SOCKET_CREATE, "socket_create", "network", Other),
+    hook(HOOK_SOCKET_CREATE, "socket_create", "network", Socket),
     hook(
         HOOK_SOCKET_CONNECT,
         "socket_connect",

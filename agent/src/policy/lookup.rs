@@ -5,8 +5,8 @@
 use std::net::IpAddr;
 
 use palisade_common::{
-    ACTION_ALLOW, DEFAULT_CAPABILITIES, DEFAULT_MOUNT, DEFAULT_NETWORK, PERM_COUNT, PathVerdict,
-    Verdict,
+    ACTION_ALLOW, ANY_PROTOCOL, DEFAULT_CAPABILITIES, DEFAULT_MOUNT, DEFAULT_NETWORK,
+    DEFAULT_SOCKETS, PERM_COUNT, PathVerdict, SOCKET_TYPE, Verdict,
 };
 
 use super::{
@@ -116,6 +116,31 @@ impl MapEntries {
         self.deny_by_default(best, if allowed { 0 } else { DEFAULT_NETWORK })
     }
 
+    /// Creating a socket of `family` and `kind` (its type) with `protocol` (a default 0 resolved,
+    /// as events record it): the entries for the protocol, for every protocol and for the type,
+    /// the strongest of those; the default denial of a DefenseInDepth policy unless one allows it.
+    pub fn decide_socket(&self, family: u32, kind: u32, protocol: u32) -> Verdict {
+        // A protocol number with SOCKET_TYPE's bit would read a type's entry.
+        let by_protocol = if protocol & SOCKET_TYPE != 0 {
+            ANY_PROTOCOL
+        } else {
+            protocol
+        };
+        let mut verdict = Verdict::default();
+        let mut allowed = false;
+        for key in [
+            (family, by_protocol),
+            (family, ANY_PROTOCOL),
+            (family, SOCKET_TYPE | kind),
+        ] {
+            if let Some((_, entry)) = self.sockets.iter().find(|(entry_key, _)| *entry_key == key) {
+                consider(&mut verdict, entry.action, entry.rule_id);
+                allowed |= allows(entry.action);
+            }
+        }
+        self.deny_by_default(verdict, if allowed { 0 } else { DEFAULT_SOCKETS })
+    }
+
     /// As the kernel's `deny_by_default`: adds the policy's default denial where the operation
     /// falls in one of `categories` (those no allow rule covered) its DefenseInDepth denies.
     fn deny_by_default(&self, mut verdict: Verdict, categories: u32) -> Verdict {
@@ -165,6 +190,7 @@ mod tests {
       capabilities: [CAP_NET_BIND_SERVICE]
       network: [{{addresses: [10.0.0.0/8], ports: [80], protocols: [tcp]}}]
       mount: [tmpfs]
+      sockets: [{{family: inet, types: [stream]}}, {{family: unix}}]
       unixSockets: [/run/app.sock]
 "
             )))
@@ -203,6 +229,16 @@ mod tests {
         assert_eq!(peer("10.1.2.3", libc::IPPROTO_TCP, 81), denied);
         assert_eq!(peer("10.1.2.3", libc::IPPROTO_UDP, 80), denied);
         assert_eq!(peer("192.168.0.1", libc::IPPROTO_TCP, 80), denied);
+        let socket = |family: i32, kind: i32, protocol: i32| {
+            pair(entries.decide_socket(family as u32, kind as u32, protocol as u32))
+        };
+        let (tcp, udp) = (libc::IPPROTO_TCP, libc::IPPROTO_UDP);
+        assert_eq!(socket(libc::AF_INET, libc::SOCK_STREAM, tcp), allowed);
+        assert_eq!(socket(libc::AF_INET, libc::SOCK_DGRAM, udp), denied);
+        assert_eq!(socket(libc::AF_INET6, libc::SOCK_STREAM, tcp), denied);
+        assert_eq!(socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0), allowed);
+        assert_eq!(socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0), allowed);
+        assert_eq!(socket(libc::AF_PACKET, libc::SOCK_RAW, 768), denied);
 
         let trial = allowlist(true);
         assert_eq!(decide(&trial, "/usr/bin/env", PERM_EXEC), (ACTION_AUDIT, 1));

@@ -40,6 +40,15 @@ pub fn decide_event(policy: &CompiledPolicy, event: &serde_json::Value) -> Optio
             Some(entries.decide_destination(address, protocol, port))
         }
         Subject::FsType => Some(entries.decide_mount(text("fs_type")?)),
+        Subject::Socket => {
+            let number = |value: &serde_json::Value| u32::try_from(value.as_u64()?).ok();
+            let socket = &event["socket"];
+            Some(entries.decide_socket(
+                number(&socket["family"])?,
+                number(&event["arg"])?,
+                number(&socket["protocol"])?,
+            ))
+        }
         Subject::Other => None,
     }
 }
