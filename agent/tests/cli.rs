@@ -309,7 +309,9 @@ fn model_to_policy_writes_a_reviewable_allowlist() {
         "{out}"
     );
     assert!(
-        out.contains("path_prefixes \"/bin/busybox\\x00\": exec=allow(rule 0)\n"),
+        out.contains(
+            "path_prefixes \"/bin/busybox\\x00\": read=allow(rule 0) exec=allow(rule 0)\n"
+        ),
         "{out}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

@@ -557,16 +557,7 @@ fn compiled_modules_are_cached_by_digest_and_a_damaged_cache_is_rebuilt() {
 #[test]
 fn a_rego_module_runs_its_fixtures_and_its_builtins_are_checked_at_load() {
     let (path, digest) = module("rules/examples/egress");
-    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .args(["policy", "test"])
-        .arg(workspace().join("rules/examples/egress"))
-        .arg("--module")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
-    assert!(text.contains("5 passed, 0 failed"), "{text}");
+    assert_fixtures_pass("rules/examples/egress", &path, 5);
     // Compiled into a policy like any module's rules.
     let host = RuleHost::new(None).unwrap();
     let compiled = compile(
@@ -608,8 +599,9 @@ fn assert_fixtures_pass(dir: &str, module: &Path, count: usize) {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
+    let summary = format!("{count} passed, 0 failed");
     assert!(
-        text.contains(&format!("{count} passed, 0 failed")),
+        text.lines().any(|line| line.starts_with(&summary)),
         "{text}"
     );
 }
@@ -625,13 +617,16 @@ fn a_module_generates_and_widens_a_defense_in_depth_allowlist() {
     // What the module allows, written as allow rules.
     let written = concat!(
         "      files:\n",
-        "        - paths: [/etc/hosts, /etc/nsswitch.conf, /etc/resolv.conf, /etc/host.conf, /etc/gai.conf]\n",
+        "        - paths: [/etc/hosts, /etc/nsswitch.conf, /etc/resolv.conf, /etc/host.conf, /etc/gai.conf, /etc/services, /etc/protocols]\n",
         "          permissions: [read]\n",
         "        - {paths: [/etc/localtime, /usr/share/zoneinfo/**], permissions: [read]}\n",
         "      network: [{addresses: [10.96.0.10], ports: [\"53\"], protocols: [udp, tcp]}]\n",
         "      sockets:\n",
         "        - {family: inet, types: [dgram, stream]}\n",
         "        - {family: inet6, types: [dgram, stream]}\n",
+        "        - {family: netlink, types: [raw]}\n",
+        "        - {family: unix, types: [stream]}\n",
+        "      unixSockets: [/run/nscd/socket]\n",
     );
     let own = "      exec: [/usr/bin/app]\n      capabilities: [net_bind_service]\n";
     let names = |policy: &CompiledPolicy| -> Vec<String> {
@@ -699,7 +694,7 @@ fn a_module_s_allow_rules_are_checked_like_the_policy_s() {
         (
             "bad-family",
             r#"[{"name": "s", "action": "allow", "sockets": [{"family": "nonsense"}]}]"#,
-            "spec.ruleModules[0] (bad-family).allow.sockets[0].family: unknown address family \"nonsense\"",
+            "spec.ruleModules[0] (bad-family).allow[\"s\"].sockets[0].family: unknown address family \"nonsense\"",
         ),
         (
             "deny-sockets",
@@ -714,13 +709,32 @@ fn a_module_s_allow_rules_are_checked_like_the_policy_s() {
         (
             "bad-path",
             r#"[{"name": "f", "action": "allow", "unix_sockets": ["relative"]}]"#,
-            "spec.ruleModules[0] (bad-path).allow.unixSockets[0]:",
+            "spec.ruleModules[0] (bad-path).allow[\"f\"].unixSockets[0]:",
+        ),
+        (
+            "allows-nothing",
+            r#"[{"name": "e", "action": "allow", "exec": []}]"#,
+            "spec.ruleModules[0] (allows-nothing): rule \"e\" allows nothing: its list is empty",
         ),
     ];
     for (name, rules, expected) in cases {
         let err = compile_err(&host, &with_rules(name, rules));
         assert!(err.contains(expected), "{name}: {err}");
     }
+    // Each rule stands alone: one's exclusion does not take back what another allows.
+    let policy = compile(
+        &host,
+        &with_rules(
+            "capabilities",
+            r#"[{"name": "admin", "action": "allow", "capabilities": ["sys_admin"]},
+                {"name": "others", "action": "allow", "capabilities": ["all", "-sys_admin", "-net_raw"]}]"#,
+        ),
+    )
+    .unwrap_or_else(|err| panic!("{err}"));
+    let allowed = |capability: u32| policy.entries().decide_capability(capability).action == 0;
+    assert!(allowed(21), "CAP_SYS_ADMIN");
+    assert!(allowed(0), "CAP_CHOWN");
+    assert!(!allowed(13), "CAP_NET_RAW");
 }
 
 /// The example model, as the agent writes models.

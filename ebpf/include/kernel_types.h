@@ -229,11 +229,8 @@ struct task_struct {
 #define MS_SHARED (1 << 20)
 #define FMODE_READ 0x1
 #define FMODE_WRITE 0x2
-#define FMODE_EXEC 0x20
 #define O_ACCMODE 03
 #define O_APPEND 02000
-/* In f_flags: opened by an exec (do_open_execat), the one open that sets it. */
-#define __FMODE_EXEC 040
 #define PROT_EXEC 0x4
 #define EPERM 1
 #define EEXIST 17

@@ -271,7 +271,7 @@ impl Entry {
         }
     }
 
-    /// Mounting file systems of `fs_types` ("*": every mount).
+    /// Mounting file systems of `fs_types` ("*": every mount, in deny and audit rules).
     pub fn mount(name: impl Into<String>, fs_types: Vec<String>, action: Action) -> Self {
         Self {
             name: name.into(),

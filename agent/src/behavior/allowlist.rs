@@ -363,28 +363,30 @@ enum ProcessFile {
     Not,
     /// `/proc/PID/REST` (or `/proc/PID/task/TID/REST`) for any process: `/proc/**/REST`.
     Any(String),
-    /// One no pattern names for every PID: a directory's files (a collapsed `/proc/PID/fdinfo/`)
-    /// or a path cut short (`...**`) would need a second `**`.
+    /// One no pattern names for every PID: the process's (or thread's) directory itself, a
+    /// directory's files (a collapsed `/proc/PID/fdinfo/`) or a path cut short (`...**`) would
+    /// need a second `**`.
     Unnamed,
 }
 
 fn process_file(path: &str) -> ProcessFile {
     let is_id = |id: &str| !id.is_empty() && id.bytes().all(|byte| byte.is_ascii_digit());
-    let Some((_, rest)) = path
-        .strip_prefix("/proc/")
-        .and_then(|path| path.split_once('/'))
-        .filter(|(pid, _)| is_id(pid))
-    else {
+    let Some(own) = path.strip_prefix("/proc/") else {
         return ProcessFile::Not;
     };
-    let rest = match rest
-        .strip_prefix("task/")
-        .and_then(|task| task.split_once('/'))
-    {
-        Some((tid, rest)) if is_id(tid) => rest,
-        _ => rest,
+    let (pid, rest) = own.split_once('/').unwrap_or((own, ""));
+    if !is_id(pid) {
+        return ProcessFile::Not;
+    }
+    let rest = match rest.strip_prefix("task/") {
+        Some(task) => match task.split_once('/').unwrap_or((task, "")) {
+            (tid, rest) if is_id(tid) => rest,
+            _ => rest,
+        },
+        None => rest,
     };
-    if rest.ends_with('/') || rest.contains("**") {
+    // The process's or thread's directory itself is its PID's or TID's alone.
+    if rest.is_empty() || rest.ends_with('/') || rest.contains("**") {
         return ProcessFile::Unnamed;
     }
     ProcessFile::Any(format!("/proc/**/{rest}"))
@@ -462,13 +464,15 @@ mod tests {
             ("/proc/4242/maps", any("/proc/**/maps")),
             ("/proc/4242/fd", any("/proc/**/fd")),
             ("/proc/4242/task/4243/stat", any("/proc/**/stat")),
-            ("/proc/4242/task/4243", any("/proc/**/task/4243")),
+            ("/proc/4242/task/4243", ProcessFile::Unnamed),
+            ("/proc/4242", ProcessFile::Unnamed),
+            ("/proc/4242/", ProcessFile::Unnamed),
+            ("/proc/4242/task/", ProcessFile::Unnamed),
             ("/proc/4242/fdinfo/", ProcessFile::Unnamed),
             ("/proc/4242/task/4243/fdinfo/", ProcessFile::Unnamed),
             ("/proc/4242/attr/a-very-long-name**", ProcessFile::Unnamed),
             ("/proc/cpuinfo", ProcessFile::Not),
             ("/proc/sys/kernel/hostname", ProcessFile::Not),
-            ("/proc/4242", ProcessFile::Not),
             ("/srv/4242/maps", ProcessFile::Not),
         ] {
             assert_eq!(process_file(path), expected, "{path}");

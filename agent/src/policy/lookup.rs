@@ -206,7 +206,8 @@ mod tests {
         assert_eq!(decide(&policy, "/data/a/b.txt", PERM_READ), allowed);
         assert_eq!(decide(&policy, "/data/a/b.bin", PERM_READ), denied);
         assert_eq!(decide(&policy, "/bin/busybox", PERM_EXEC), allowed);
-        assert_eq!(decide(&policy, "/bin/busybox", PERM_READ), denied);
+        assert_eq!(decide(&policy, "/bin/busybox", PERM_READ), allowed);
+        assert_eq!(decide(&policy, "/bin/busybox", PERM_WRITE), denied);
         assert_eq!(decide(&policy, "/usr/bin/env", PERM_EXEC), denied);
         assert_eq!(decide(&policy, "/run/app.sock", PERM_CONNECT), allowed);
         assert_eq!(decide(&policy, "/run/other.sock", PERM_CONNECT), denied);
@@ -239,6 +240,9 @@ mod tests {
         assert_eq!(socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0), allowed);
         assert_eq!(socket(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0), allowed);
         assert_eq!(socket(libc::AF_PACKET, libc::SOCK_RAW, 768), denied);
+        // A protocol number that is a type's key does not read that type's entry.
+        let stream_key = (palisade_common::SOCKET_TYPE | libc::SOCK_STREAM as u32) as i32;
+        assert_eq!(socket(libc::AF_INET, libc::SOCK_DGRAM, stream_key), denied);
 
         let trial = allowlist(true);
         assert_eq!(decide(&trial, "/usr/bin/env", PERM_EXEC), (ACTION_AUDIT, 1));

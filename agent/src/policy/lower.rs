@@ -4,7 +4,7 @@
 
 use std::{fmt::Display, time::Duration};
 
-use palisade_common::{ANY_PROTOCOL, FS_TYPE_LEN, MAX_GLOBS, PERM_CONNECT, PERM_EXEC, SOCKET_TYPE};
+use palisade_common::{ANY_PROTOCOL, FS_TYPE_LEN, MAX_GLOBS, PERM_CONNECT, SOCKET_TYPE};
 use palisade_rule_sdk::model::{family_number, socket_type_number};
 
 use super::{
@@ -29,11 +29,11 @@ const SOCK_TYPE_MASK: u32 = 0xf;
 const LONGEST_MODELING: Duration = Duration::from_secs(168 * 3600);
 
 /// What one rule module compiled: rules like a policy's custom rules, and allow rules that
-/// widen a DefenseInDepth policy's allowlist.
+/// widen a DefenseInDepth policy's allowlist, each by its name (one list of `AllowRules` each).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ModuleRules {
     pub custom: CustomRules,
-    pub allow: AllowRules,
+    pub allow: Vec<(String, AllowRules)>,
 }
 
 /// A rule on its way into the maps.
@@ -155,8 +155,7 @@ fn defense_in_depth(
             ));
         }
         (mode, None) => {
-            let allowing =
-                rule_modules.find(|(_, (_, compiled))| compiled.allow != AllowRules::default());
+            let allowing = rule_modules.find(|(_, (_, compiled))| !compiled.allow.is_empty());
             if let Some((index, (module, _))) = allowing {
                 return Err(PolicyError::new(
                     source,
@@ -172,8 +171,10 @@ fn defense_in_depth(
     };
     let mut allowed = allowances(source, &format!("{DEFENSE_IN_DEPTH}.allow"), &defense.allow)?;
     for (index, (module, compiled)) in rule_modules {
-        let field = format!("{}.allow", module_field(index, module));
-        allowed.extend(allowances(source, &field, &compiled.allow)?);
+        for (name, allow) in &compiled.allow {
+            let field = format!("{}.allow[\"{name}\"]", module_field(index, module));
+            allowed.extend(allowances(source, &field, allow)?);
+        }
     }
     Ok(Some(Rule {
         field: DEFENSE_IN_DEPTH.to_owned(),
@@ -211,7 +212,7 @@ fn allowances(
         });
     }
     for (paths, name, perms) in [
-        (&allow.exec, "exec", PERM_EXEC),
+        (&allow.exec, "exec", EXEC_RULE_PERMS),
         (&allow.unix_sockets, "unixSockets", PERM_CONNECT),
     ] {
         if !paths.is_empty() {

@@ -3,6 +3,7 @@
 //! compiled by `opa build -t wasm`: the two forms the agent loads.
 
 use std::{
+    os::unix::fs::DirBuilderExt,
     path::{Path, PathBuf},
     process::{Command, Stdio},
     sync::atomic::{AtomicU64, Ordering},
@@ -38,24 +39,35 @@ fn build_rego(dir: &Path) -> anyhow::Result<Vec<u8>> {
         "{}: neither a Rust crate (Cargo.toml) nor Rego files (*.rego)",
         dir.display()
     );
-    // One directory per build: a process may build several modules at once.
+    // A directory of this build's own (a process may build several modules at once), made
+    // afresh: one already there under its name is refused, not used.
     static BUILDS: AtomicU64 = AtomicU64::new(0);
     let build_number = BUILDS.fetch_add(1, Ordering::Relaxed);
     let work = std::env::temp_dir().join(format!(
         "palisade-rego-{}-{build_number}",
         std::process::id()
     ));
-    std::fs::create_dir_all(&work)?;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&work)
+        .with_context(|| format!("creating {}", work.display()))?;
+    let module = opa_build(dir, &sources, &work);
+    std::fs::remove_dir_all(&work)?;
+    module
+}
+
+/// `opa build` of `sources` (the Rego files of `dir`) in `work`: its policy.wasm.
+fn opa_build(dir: &Path, sources: &[PathBuf], work: &Path) -> anyhow::Result<Vec<u8>> {
     let bundle = work.join("bundle.tar.gz");
     let mut build = Command::new("opa");
     build.args(["build", "-t", "wasm"]);
-    for entrypoint in entrypoints(&sources)? {
+    for entrypoint in entrypoints(sources)? {
         build.args(["-e", entrypoint]);
     }
     let status = build
         .arg("-o")
         .arg(&bundle)
-        .args(&sources)
+        .args(sources)
         .status()
         .context("running opa (scripts/install.sh installs it)")?;
     ensure!(status.success(), "opa build failed for {}", dir.display());
@@ -63,16 +75,14 @@ fn build_rego(dir: &Path) -> anyhow::Result<Vec<u8>> {
         .arg("-xzf")
         .arg(&bundle)
         .arg("-C")
-        .arg(&work)
+        .arg(work)
         .arg("/policy.wasm")
         // GNU tar notes that it drops the leading "/": nothing to report.
         .stderr(Stdio::null())
         .status()
         .context("running tar")?;
     ensure!(status.success(), "the bundle opa built has no policy.wasm");
-    let module = std::fs::read(work.join("policy.wasm"))?;
-    std::fs::remove_dir_all(&work)?;
-    Ok(module)
+    Ok(std::fs::read(work.join("policy.wasm"))?)
 }
 
 /// The entrypoints of the ABI (a rule module's, a model transform's) that the package

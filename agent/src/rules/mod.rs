@@ -87,7 +87,10 @@ fn module_rules(entries: Vec<Entry>) -> Result<ModuleRules, String> {
         match entry.action {
             Action::Deny => custom_rule(&mut rules.custom, entry, policy::Action::Deny)?,
             Action::Audit => custom_rule(&mut rules.custom, entry, policy::Action::Audit)?,
-            Action::Allow => allow_rule(&mut rules.allow, entry)?,
+            Action::Allow => {
+                let name = entry.name.clone();
+                rules.allow.push((name, allow_rule(entry)?));
+            }
         }
     }
     Ok(rules)
@@ -145,23 +148,34 @@ fn custom_rule(
     Ok(())
 }
 
-/// Adds `entry`, an allow rule, to `allow`.
-fn allow_rule(allow: &mut AllowRules, Entry { name, matcher, .. }: Entry) -> Result<(), String> {
-    match matcher {
-        Matcher::Files(FileRule { paths, permissions }) => allow.files.push(FileAllow {
-            paths,
-            permissions: permissions.into_iter().map(permission).collect(),
-        }),
-        Matcher::Exec(paths) => allow.exec.extend(paths),
+/// `entry`, an allow rule, as the allow rules of a policy: one list, not empty.
+fn allow_rule(Entry { name, matcher, .. }: Entry) -> Result<AllowRules, String> {
+    let mut allow = AllowRules::default();
+    let empty = match matcher {
+        // The compiler names an empty list of paths or permissions.
+        Matcher::Files(FileRule { paths, permissions }) => {
+            allow.files.push(FileAllow {
+                paths,
+                permissions: permissions.into_iter().map(permission).collect(),
+            });
+            false
+        }
+        Matcher::Exec(paths) => {
+            allow.exec = paths;
+            allow.exec.is_empty()
+        }
         Matcher::Network(NetworkRule {
             addresses,
             ports,
             protocols,
-        }) => allow.network.push(NetworkAllow {
-            addresses,
-            ports: ports.into_iter().map(PortRange::Range).collect(),
-            protocols: protocols.into_iter().map(protocol).collect(),
-        }),
+        }) => {
+            allow.network.push(NetworkAllow {
+                addresses,
+                ports: ports.into_iter().map(PortRange::Range).collect(),
+                protocols: protocols.into_iter().map(protocol).collect(),
+            });
+            false
+        }
         Matcher::Mount(fs_types) => {
             if fs_types.iter().any(|fs_type| fs_type == "*") {
                 return Err(format!(
@@ -169,17 +183,29 @@ fn allow_rule(allow: &mut AllowRules, Entry { name, matcher, .. }: Entry) -> Res
                      is every mount only in deny and audit rules)"
                 ));
             }
-            allow.mount.extend(fs_types)
+            allow.mount = fs_types;
+            allow.mount.is_empty()
         }
-        Matcher::Capabilities(capabilities) => allow.capabilities.extend(capabilities),
-        Matcher::Sockets(sockets) => allow.sockets.extend(
-            sockets
+        Matcher::Capabilities(capabilities) => {
+            allow.capabilities = capabilities;
+            allow.capabilities.is_empty()
+        }
+        Matcher::Sockets(sockets) => {
+            allow.sockets = sockets
                 .into_iter()
-                .map(|SocketRule { family, types }| SocketAllow { family, types }),
-        ),
-        Matcher::UnixSockets(paths) => allow.unix_sockets.extend(paths),
+                .map(|SocketRule { family, types }| SocketAllow { family, types })
+                .collect();
+            allow.sockets.is_empty()
+        }
+        Matcher::UnixSockets(paths) => {
+            allow.unix_sockets = paths;
+            allow.unix_sockets.is_empty()
+        }
+    };
+    if empty {
+        return Err(format!("rule \"{name}\" allows nothing: its list is empty"));
     }
-    Ok(())
+    Ok(allow)
 }
 
 fn permission(permission: Permission) -> policy::Permission {

@@ -1,5 +1,6 @@
 # Example rule module in Rego that widens a DefenseInDepth allowlist with what programs need now
-# and then, which a short model can miss: name resolution (its files, and DNS to `resolvers`),
+# and then, which a short model can miss: name resolution as glibc 2.34 and later does it (its
+# files, DNS to `resolvers`, the routing socket getaddrinfo asks for addresses, nscd's socket),
 # CA certificates (`certificates`) and time zones (`time_zones`).
 #
 #   config: {resolvers: [10.96.0.10], certificates: true, time_zones: true}
@@ -16,7 +17,7 @@ read(name, paths) := {"name": name, "action": "allow", "files": {"paths": paths,
 default name_resolution := []
 
 name_resolution := [
-	read("name-resolution", ["/etc/hosts", "/etc/nsswitch.conf", "/etc/resolv.conf", "/etc/host.conf", "/etc/gai.conf"]),
+	read("name-resolution", ["/etc/hosts", "/etc/nsswitch.conf", "/etc/resolv.conf", "/etc/host.conf", "/etc/gai.conf", "/etc/services", "/etc/protocols"]),
 	{
 		"name": "dns",
 		"action": "allow",
@@ -25,8 +26,14 @@ name_resolution := [
 	{
 		"name": "dns-sockets",
 		"action": "allow",
-		"sockets": [{"family": "inet", "types": ["dgram", "stream"]}, {"family": "inet6", "types": ["dgram", "stream"]}],
+		"sockets": [
+			{"family": "inet", "types": ["dgram", "stream"]},
+			{"family": "inet6", "types": ["dgram", "stream"]},
+			{"family": "netlink", "types": ["raw"]},
+			{"family": "unix", "types": ["stream"]},
+		],
 	},
+	{"name": "nscd", "action": "allow", "unix_sockets": ["/run/nscd/socket"]},
 ] if count(resolvers) > 0
 
 default certificates := []

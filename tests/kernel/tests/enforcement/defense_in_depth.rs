@@ -103,7 +103,8 @@ fn an_allowlist_from_a_model_runs_the_workload_and_denies_each_deviation_once() 
         &["open-ioctl", first],
         libc::EPERM,
     );
-    // A program allowed by hand (exec alone) runs: the exec decides the open of its program.
+    // A program allowed by hand runs (an exec allowance covers reading it: the exec's open of
+    // the program is decided as a read).
     let mut with_program = allowlist(false);
     with_program
         .spec
@@ -212,9 +213,11 @@ fn an_allowlist_from_a_model_runs_the_workload_and_denies_each_deviation_once() 
         .collect();
     let once: BTreeSet<_> = reported.iter().copied().collect();
     assert_eq!(once.len(), reported.len(), "{reported:?}");
+    // The new program is read (opened for the exec) and run: two operations, each once.
     let expected = BTreeSet::from([
         ("file_open", unread, "read"),
         ("socket_connect", "", ""),
+        ("file_open", unrun, "read"),
         ("bprm_check_security", unrun, "exec"),
     ]);
     assert_eq!(once, expected, "{reported:?}");
