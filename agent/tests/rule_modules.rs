@@ -117,21 +117,23 @@ fn assert_family_matches_built_in_rules(crate_dir: &str, family: &str, lists: &[
     )
     .unwrap_or_else(|err| panic!("{err}"));
     assert_eq!(from_module.entries(), native.entries());
-    let names = |policy: &CompiledPolicy| -> Vec<String> {
-        policy
-            .rules()
-            .iter()
-            .map(|rule| rule.name.clone())
-            .collect()
-    };
-    assert_eq!(names(&native), rules);
+    assert_eq!(rule_names(&native), rules);
     assert_eq!(
-        names(&from_module),
+        rule_names(&from_module),
         rules
             .iter()
             .map(|rule| format!("{family}/{rule}"))
             .collect::<Vec<_>>()
     );
+}
+
+/// The names of `policy`'s rules, in rule id order.
+fn rule_names(policy: &CompiledPolicy) -> Vec<String> {
+    policy
+        .rules()
+        .iter()
+        .map(|rule| rule.name.clone())
+        .collect()
 }
 
 fn module_spec(crate_dir: &str, name: &str, config: &str) -> String {
@@ -629,36 +631,33 @@ fn a_module_generates_and_widens_a_defense_in_depth_allowlist() {
         "      unixSockets: [/run/nscd/socket]\n",
     );
     let own = "      exec: [/usr/bin/app]\n      capabilities: [net_bind_service]\n";
-    let names = |policy: &CompiledPolicy| -> Vec<String> {
-        policy
-            .rules()
-            .iter()
-            .map(|rule| rule.name.clone())
-            .collect()
+    // A DefenseInDepth policy allowing `allow` itself, with or without the module.
+    let allowlist = |allow: &str, with_module: bool| {
+        let module = if with_module {
+            module_spec(MODULE, "runtime-needs", config)
+        } else {
+            String::new()
+        };
+        let defense = if allow.is_empty() {
+            " {}\n".to_owned()
+        } else {
+            format!("\n    allow:\n{allow}")
+        };
+        compile(&format!(
+            "  mode: DefenseInDepth\n  defenseInDepth:{defense}{module}"
+        ))
     };
-    // Generated: a policy that allows nothing itself.
-    let generated = compile(&format!(
-        "  mode: DefenseInDepth\n  defenseInDepth: {{}}\n{}",
-        module_spec(MODULE, "runtime-needs", config)
-    ));
-    let by_hand = compile(&format!(
-        "  mode: DefenseInDepth\n  defenseInDepth:\n    allow:\n{written}"
-    ));
-    assert_eq!(generated.entries(), by_hand.entries());
-    assert_eq!(names(&generated), ["defense-in-depth"]);
+    // Generated: a policy that allows nothing itself (`defenseInDepth: {}`).
+    let generated = allowlist("", true);
+    assert_eq!(generated.entries(), allowlist(written, false).entries());
+    assert_eq!(rule_names(&generated), ["defense-in-depth"]);
     // Widened: the policy's own allow rules and the module's.
-    let widened = compile(&format!(
-        "  mode: DefenseInDepth\n  defenseInDepth:\n    allow:\n{own}{}",
-        module_spec(MODULE, "runtime-needs", config)
-    ));
-    let by_hand = compile(&format!(
-        "  mode: DefenseInDepth\n  defenseInDepth:\n    allow:\n{own}{written}"
-    ));
-    assert_eq!(widened.entries(), by_hand.entries());
-    let narrower = compile(&format!(
-        "  mode: DefenseInDepth\n  defenseInDepth:\n    allow:\n{own}"
-    ));
-    assert_ne!(widened.entries(), narrower.entries());
+    let widened = allowlist(own, true);
+    assert_eq!(
+        widened.entries(),
+        allowlist(&format!("{own}{written}"), false).entries()
+    );
+    assert_ne!(widened.entries(), allowlist(own, false).entries());
     // Allow rules widen an allowlist: in another mode they are refused.
     let err = compile_err(
         &host,
