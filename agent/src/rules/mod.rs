@@ -151,31 +151,22 @@ fn custom_rule(
 /// `entry`, an allow rule, as the allow rules of a policy: one list, not empty.
 fn allow_rule(Entry { name, matcher, .. }: Entry) -> Result<AllowRules, String> {
     let mut allow = AllowRules::default();
-    let empty = match matcher {
+    match matcher {
         // The compiler names an empty list of paths or permissions.
-        Matcher::Files(FileRule { paths, permissions }) => {
-            allow.files.push(FileAllow {
-                paths,
-                permissions: permissions.into_iter().map(permission).collect(),
-            });
-            false
-        }
-        Matcher::Exec(paths) => {
-            allow.exec = paths;
-            allow.exec.is_empty()
-        }
+        Matcher::Files(FileRule { paths, permissions }) => allow.files.push(FileAllow {
+            paths,
+            permissions: permissions.into_iter().map(permission).collect(),
+        }),
+        Matcher::Exec(paths) => allow.exec = paths,
         Matcher::Network(NetworkRule {
             addresses,
             ports,
             protocols,
-        }) => {
-            allow.network.push(NetworkAllow {
-                addresses,
-                ports: ports.into_iter().map(PortRange::Range).collect(),
-                protocols: protocols.into_iter().map(protocol).collect(),
-            });
-            false
-        }
+        }) => allow.network.push(NetworkAllow {
+            addresses,
+            ports: ports.into_iter().map(PortRange::Range).collect(),
+            protocols: protocols.into_iter().map(protocol).collect(),
+        }),
         Matcher::Mount(fs_types) => {
             if fs_types.iter().any(|fs_type| fs_type == "*") {
                 return Err(format!(
@@ -184,25 +175,18 @@ fn allow_rule(Entry { name, matcher, .. }: Entry) -> Result<AllowRules, String> 
                 ));
             }
             allow.mount = fs_types;
-            allow.mount.is_empty()
         }
-        Matcher::Capabilities(capabilities) => {
-            allow.capabilities = capabilities;
-            allow.capabilities.is_empty()
-        }
+        Matcher::Capabilities(capabilities) => allow.capabilities = capabilities,
         Matcher::Sockets(sockets) => {
             allow.sockets = sockets
                 .into_iter()
                 .map(|SocketRule { family, types }| SocketAllow { family, types })
                 .collect();
-            allow.sockets.is_empty()
         }
-        Matcher::UnixSockets(paths) => {
-            allow.unix_sockets = paths;
-            allow.unix_sockets.is_empty()
-        }
-    };
-    if empty {
+        Matcher::UnixSockets(paths) => allow.unix_sockets = paths,
+    }
+    // Only a list of names (programs, types, capabilities, sockets) leaves it as it was.
+    if allow == AllowRules::default() {
         return Err(format!("rule \"{name}\" allows nothing: its list is empty"));
     }
     Ok(allow)

@@ -21,7 +21,8 @@ use palisade_agent::{
     rules::{RuleHost, compile_policy},
 };
 use palisade_kernel_tests::{
-    Answer, EPERM, Kernel, assert_allowed, assert_denied_once, binary, file, probe,
+    Answer, EPERM, Kernel, assert_allowed, assert_denied_once, binary, file, policy_with_spec,
+    probe,
 };
 
 use super::{
@@ -242,9 +243,7 @@ fn a_written_allowlist_denies_what_it_does_not_list_in_every_category() {
     let _allowed_socket = abstract_socket(b"written-allowed");
     let _other_socket = abstract_socket(b"written-other");
     // Reading and running every file: the probe and what it loads.
-    let text = concat!(
-        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata: {name: written}\n",
-        "spec:\n",
+    let spec = concat!(
         "  mode: DefenseInDepth\n",
         "  defenseInDepth:\n",
         "    allow:\n",
@@ -257,11 +256,7 @@ fn a_written_allowlist_denies_what_it_does_not_list_in_every_category() {
         "      sockets: [{family: inet, types: [stream]}, {family: unix}]\n",
         "      unixSockets: [\"@written-allowed\"]\n",
     );
-    let source = Path::new("written.yaml");
-    let policy = Policy::parse(source, text).unwrap_or_else(|err| panic!("{err}"));
-    let compiled = compile(&source.display(), &policy, &Environment::default(), &[])
-        .unwrap_or_else(|err| panic!("{err}"));
-    kernel.apply(&target, Arc::new(compiled));
+    kernel.apply(&target, policy_with_spec("written", spec));
 
     let allowed: [&[&str]; 8] = [
         &["read", read_only],
