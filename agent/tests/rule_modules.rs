@@ -720,6 +720,20 @@ fn a_module_s_allow_rules_are_checked_like_the_policy_s() {
         let err = compile_err(&host, &with_rules(name, rules));
         assert!(err.contains(expected), "{name}: {err}");
     }
+    // A "**" pattern over the policy's limit is blamed on the module's rule that holds it.
+    let globs: Vec<String> = (0..65).map(|i| format!("\"/proc/**/f{i}\"")).collect();
+    let rules = format!(
+        r#"[{{"name": "g", "action": "allow", "files": {{"paths": [{}], "permissions": ["read"]}}}}]"#,
+        globs.join(", ")
+    );
+    let err = compile_err(&host, &with_rules("many-globs", &rules));
+    assert!(
+        err.contains(
+            "spec.ruleModules[0] (many-globs).allow[\"g\"].files[0].paths[64]: a policy may hold \
+             at most 64 \"**\" patterns"
+        ),
+        "{err}"
+    );
     // Each rule stands alone: one's exclusion does not take back what another allows.
     let policy = compile(
         &host,

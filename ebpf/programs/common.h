@@ -347,17 +347,24 @@ static __always_inline int verdict_error(const struct palisade_verdict *d)
 	return (d->action & PALISADE_ACTION_DENY) ? -EPERM : 0;
 }
 
+/* Decisions are counted by policy, rule, hook and whether they denied. */
+static __always_inline struct palisade_rule_key rule_key(__u32 policy_id, __u32 rule_id, __u32 hook,
+							 __u32 action)
+{
+	return (struct palisade_rule_key){
+		.policy_id = policy_id,
+		.rule_id = rule_id,
+		.hook = hook,
+		.action = (action & PALISADE_ACTION_DENY) ? PALISADE_ACTION_DENY : PALISADE_ACTION_AUDIT,
+	};
+}
+
 /* Counts a decision by rule, hook and action; returns its counters (NULL if the map is full). */
 static __always_inline struct palisade_rule_count *count_decision(const struct palisade_verdict *d,
 								  const struct subject *subject)
 {
-	struct palisade_rule_key key = {
-		.policy_id = subject->target->policy_id,
-		.rule_id = d->rule_id,
-		.hook = subject->hook,
-		.action = (d->action & PALISADE_ACTION_DENY) ? PALISADE_ACTION_DENY
-							     : PALISADE_ACTION_AUDIT,
-	};
+	struct palisade_rule_key key =
+		rule_key(subject->target->policy_id, d->rule_id, subject->hook, d->action);
 	struct palisade_rule_count *count = bpf_map_lookup_elem(&rule_counts, &key);
 	if (!count) {
 		struct palisade_rule_count zero = {};
@@ -372,23 +379,38 @@ static __always_inline struct palisade_rule_count *count_decision(const struct p
 	return count;
 }
 
+/* An event the audit rate suppressed: counted for its rule (`count` may be NULL) and in all. */
+static __always_inline void count_throttled(struct palisade_rule_count *count)
+{
+	if (count)
+		__sync_fetch_and_add(&count->throttled, 1);
+	stat_inc(PALISADE_STAT_EVENTS_THROTTLED);
+}
+
+/* Audit rates are kept by policy and rule. */
+static __always_inline struct palisade_bucket_key bucket_key(__u32 rule_id,
+							     const struct subject *subject)
+{
+	return (struct palisade_bucket_key){
+		.policy_id = subject->target->policy_id,
+		.rule_id = rule_id,
+	};
+}
+
 /*
- * Whether the audit rate of the decision's rule on the subject's target lets one more event
+ * Whether the audit rate of rule `rule_id` on the subject's target lets one more event
  * through (a token bucket in nanoseconds of credit). Sets `suppressed` to the events it held back
  * since the last one. Concurrent decisions may race on the bucket: the rate is approximate, the
  * counts are not.
  */
-static __always_inline int audit_allowed(const struct palisade_verdict *d,
-					 const struct subject *subject, __u32 *suppressed)
+static __always_inline int audit_allowed(__u32 rule_id, const struct subject *subject,
+					 __u32 *suppressed)
 {
 	__u64 interval = subject->config->audit_interval_ns;
 	__u64 burst = subject->config->audit_burst_ns;
 	if (!interval)
 		return 1;
-	struct palisade_bucket_key key = {
-		.policy_id = subject->target->policy_id,
-		.rule_id = d->rule_id,
-	};
+	struct palisade_bucket_key key = bucket_key(rule_id, subject);
 	__u64 now = bpf_ktime_get_ns();
 	struct palisade_bucket *bucket = bpf_map_lookup_elem(&audit_buckets, &key);
 	if (!bucket) {
@@ -414,8 +436,9 @@ static __always_inline int audit_allowed(const struct palisade_verdict *d,
 
 /*
  * Records a decision: counts it, and reserves its audit event when the rule reports it and its
- * audit rate allows; the caller fills in what it knows and submits. NULL when there is no event
- * to fill: not reported, throttled or the ring buffer full (each counted, never silent).
+ * audit rate allows (for a trial's default decision, submit_event checks the rate); the caller
+ * fills in what it knows and submits. NULL when there is no event to fill: not reported,
+ * throttled or the ring buffer full (each counted, never silent).
  */
 static __always_inline struct palisade_event *record(const struct palisade_verdict *d,
 						      const struct subject *subject)
@@ -425,14 +448,13 @@ static __always_inline struct palisade_event *record(const struct palisade_verdi
 	struct palisade_rule_count *count = count_decision(d, subject);
 	if (!(d->action & PALISADE_ACTION_AUDIT))
 		return NULL;
-	/* A trial's default decisions are reported once per operation (submit_event) instead. */
+	/* A trial's default decisions are reported once per operation: their audit rate is
+	 * applied to operations not reported before (submit_event). */
 	int once = (subject->policy->flags & PALISADE_POLICY_REPORT_ONCE) &&
 		   d->rule_id == subject->policy->default_deny.rule_id;
 	__u32 suppressed = 0;
-	if (!once && !audit_allowed(d, subject, &suppressed)) {
-		if (count)
-			__sync_fetch_and_add(&count->throttled, 1);
-		stat_inc(PALISADE_STAT_EVENTS_THROTTLED);
+	if (!once && !audit_allowed(d->rule_id, subject, &suppressed)) {
+		count_throttled(count);
 		return NULL;
 	}
 	struct palisade_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
@@ -484,32 +506,52 @@ static __always_inline __u64 operation_hash(const struct palisade_event *e)
 	return hash;
 }
 
-/* Whether an event of a DefenseInDepth trial is the first of its operation (remembered now). A
- * full map forgets the operation least recently seen. */
-static __always_inline int first_report(const struct palisade_event *e)
+/*
+ * Whether a DefenseInDepth trial's event is sent: the first of its operation that the audit rate
+ * lets through, remembered then. A throttled operation is not remembered, so it is reported when
+ * it happens again with credit left; a full map forgets the operation least recently seen. (With
+ * the ring buffer full there is no event to look at: a repeat then counts as dropped.)
+ */
+static __always_inline int first_report(struct palisade_event *e, const struct subject *subject)
 {
 	__u64 key = operation_hash(e);
 	/* A lookup marks the operation recently seen; an update of an LRU map takes a free entry
 	 * (evicting one when full) before it finds the key there: only for a new operation. */
-	if (bpf_map_lookup_elem(&reported, &key))
+	if (bpf_map_lookup_elem(&reported, &key)) {
+		stat_inc(PALISADE_STAT_EVENTS_REPEATED);
 		return 0;
+	}
+	if (!audit_allowed(e->rule_id, subject, &e->suppressed)) {
+		struct palisade_rule_key rule = rule_key(subject->target->policy_id, e->rule_id,
+							 subject->hook, e->action);
+		count_throttled(bpf_map_lookup_elem(&rule_counts, &rule));
+		return 0;
+	}
 	__u8 seen = 1;
 	/* Another CPU may have remembered it since. Before 6.4 a map's error reaches the program as
 	 * a 32-bit int, zero-extended. */
-	return (int)bpf_map_update_elem(&reported, &key, &seen, BPF_NOEXIST) != -EEXIST;
+	if ((int)bpf_map_update_elem(&reported, &key, &seen, BPF_NOEXIST) == -EEXIST) {
+		stat_inc(PALISADE_STAT_EVENTS_REPEATED);
+		/* Not sent after all: the count of suppressed events it took goes back. */
+		struct palisade_bucket_key bucket = bucket_key(e->rule_id, subject);
+		struct palisade_bucket *held = bpf_map_lookup_elem(&audit_buckets, &bucket);
+		if (held && e->suppressed)
+			__sync_fetch_and_add(&held->suppressed, e->suppressed);
+		return 0;
+	}
+	return 1;
 }
 
 /*
  * The agent is woken for a record submitted to an empty ring buffer (the kernel's default), then
  * reads at its own pace, in batches: it is woken again before then only once a quarter of the
  * ring buffer waits, so that a flood is read before the ring buffer fills. A DefenseInDepth
- * trial's event of an operation it reported already is discarded (and counted).
+ * trial's event that is not its operation's first report is discarded (and counted).
  */
-static __always_inline void submit_event(struct palisade_event *e)
+static __always_inline void submit_event(struct palisade_event *e, const struct subject *subject)
 {
-	if (e->once && !first_report(e)) {
+	if (e->once && !first_report(e, subject)) {
 		bpf_ringbuf_discard(e, 0);
-		stat_inc(PALISADE_STAT_EVENTS_REPEATED);
 		return;
 	}
 	__u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > EVENTS_WAKE_AT ?
@@ -566,7 +608,7 @@ static __always_inline int decide(const struct palisade_verdict *d, const struct
 	struct palisade_event *e = record(d, subject);
 	if (e) {
 		e->arg = arg;
-		submit_event(e);
+		submit_event(e, subject);
 	}
 	return verdict_error(d);
 }

@@ -9,42 +9,40 @@
  */
 #include "model.h"
 
-/* Considers the rules on mounting a file system of type `name` (on a block device or not). */
-static __always_inline void consider_fs_type(struct palisade_verdict *d,
-					     const struct subject *subject, const char *name,
-					     int block_device, __u8 fs_type[PALISADE_FS_TYPE_LEN])
+/* The policy's rule on file systems of type `fs_type`, if it has rules on mount types (a policy
+ * that denies mounts by default has). */
+static __always_inline const struct palisade_verdict *
+mount_type_rule(const struct subject *subject, const __u8 fs_type[PALISADE_FS_TYPE_LEN])
+{
+	if (!(subject->policy->lookups & PALISADE_LOOKUP_MOUNT_TYPES))
+		return NULL;
+	struct palisade_mount_type_key key = { .policy_id = subject->target->policy_id };
+	__builtin_memcpy(key.fs_type, fs_type, PALISADE_FS_TYPE_LEN);
+	return bpf_map_lookup_elem(&mount_types, &key);
+}
+
+/* Considers the rules on mounting a file system of type `name` (on a block device or not), whose
+ * name it copies to `fs_type`; returns the rule on the type. */
+static __always_inline const struct palisade_verdict *
+consider_fs_type(struct palisade_verdict *d, const struct subject *subject, const char *name,
+		 int block_device, __u8 fs_type[PALISADE_FS_TYPE_LEN])
 {
 	if (block_device)
 		consider(d, subject->policy->mount_block_device.action,
 			 subject->policy->mount_block_device.rule_id);
-	struct palisade_mount_type_key key = { .policy_id = subject->target->policy_id };
-	bpf_probe_read_kernel_str(key.fs_type, sizeof(key.fs_type), name);
-	__builtin_memcpy(fs_type, key.fs_type, PALISADE_FS_TYPE_LEN);
-	if (!(subject->policy->lookups & PALISADE_LOOKUP_MOUNT_TYPES))
-		return;
-	struct palisade_verdict *rule = bpf_map_lookup_elem(&mount_types, &key);
+	bpf_probe_read_kernel_str(fs_type, PALISADE_FS_TYPE_LEN, name);
+	const struct palisade_verdict *rule = mount_type_rule(subject, fs_type);
 	if (rule)
 		consider(d, rule->action, rule->rule_id);
+	return rule;
 }
 
-/* DefenseInDepth: a mount operation on a file system of a type no allow rule names (or of no
- * type: a bind mount, a remount) is denied by default. */
-static __always_inline void deny_mount_by_default(struct palisade_verdict *d,
-						  const struct subject *subject,
-						  const __u8 fs_type[PALISADE_FS_TYPE_LEN])
-{
-	if (!(subject->policy->defaults & PALISADE_DEFAULT_MOUNT))
-		return;
-	struct palisade_mount_type_key key = { .policy_id = subject->target->policy_id };
-	__builtin_memcpy(key.fs_type, fs_type, PALISADE_FS_TYPE_LEN);
-	struct palisade_verdict *rule = bpf_map_lookup_elem(&mount_types, &key);
-	if (!rule || !(rule->action & PALISADE_ACTION_ALLOW))
-		deny_by_default(d, subject, PALISADE_DEFAULT_MOUNT);
-}
-
-/* Records (when modeling) and decides a mount hook's operation on a file system of `fs_type`. */
+/* Records (when modeling) and decides a mount hook's operation on a file system of `fs_type`
+ * (`rule` the policy's rule on it). DefenseInDepth denies by default a type no allow rule names,
+ * or no type: a bind mount, a remount. */
 static __always_inline int decide_mount(struct palisade_verdict *d, const struct subject *subject,
-					const __u8 fs_type[PALISADE_FS_TYPE_LEN])
+					const __u8 fs_type[PALISADE_FS_TYPE_LEN],
+					const struct palisade_verdict *rule)
 {
 	if (modeling(subject)) {
 		struct palisade_model_key *record = new_record(subject, PALISADE_MODEL_MOUNT);
@@ -53,13 +51,14 @@ static __always_inline int decide_mount(struct palisade_verdict *d, const struct
 			count_record(record);
 		}
 	}
-	deny_mount_by_default(d, subject, fs_type);
+	if (!rule || !(rule->action & PALISADE_ACTION_ALLOW))
+		deny_by_default(d, subject, PALISADE_DEFAULT_MOUNT);
 	if (d->action == PALISADE_ACTION_NONE)
 		return 0;
 	struct palisade_event *e = record(d, subject);
 	if (e) {
 		__builtin_memcpy(e->fs_type, fs_type, PALISADE_FS_TYPE_LEN);
-		submit_event(e);
+		submit_event(e, subject);
 	}
 	return verdict_error(d);
 }
@@ -72,9 +71,10 @@ static __always_inline int check_superblock(__u32 hook, struct super_block *sb)
 		return 0;
 	struct palisade_verdict d = subject.policy->mount;
 	__u8 fs_type[PALISADE_FS_TYPE_LEN] = {};
-	consider_fs_type(&d, &subject, BPF_CORE_READ(sb, s_type, name),
-			 BPF_CORE_READ(sb, s_bdev) != NULL, fs_type);
-	return decide_mount(&d, &subject, fs_type);
+	const struct palisade_verdict *rule =
+		consider_fs_type(&d, &subject, BPF_CORE_READ(sb, s_type, name),
+				 BPF_CORE_READ(sb, s_bdev) != NULL, fs_type);
+	return decide_mount(&d, &subject, fs_type, rule);
 }
 
 SEC("lsm/sb_mount")
@@ -93,7 +93,7 @@ int TARGET_HOOK(sb_mount, const char *dev_name, const struct path *path, const c
 	if (type && !(flags & not_new))
 		bpf_probe_read_kernel_str(fs_type, sizeof(fs_type), type);
 	struct palisade_verdict d = subject.policy->mount;
-	return decide_mount(&d, &subject, fs_type);
+	return decide_mount(&d, &subject, fs_type, mount_type_rule(&subject, fs_type));
 }
 
 SEC("lsm/sb_kern_mount")
@@ -124,9 +124,10 @@ int TARGET_HOOK(fs_context_parse_param, struct fs_context *fc, struct fs_paramet
 	struct palisade_verdict d = subject.policy->mount;
 	__u8 fs_type[PALISADE_FS_TYPE_LEN] = {};
 	struct file_system_type *type = BPF_CORE_READ(fc, fs_type);
-	consider_fs_type(&d, &subject, BPF_CORE_READ(type, name),
-			 BPF_CORE_READ(type, fs_flags) & FS_REQUIRES_DEV, fs_type);
-	return decide_mount(&d, &subject, fs_type);
+	const struct palisade_verdict *rule =
+		consider_fs_type(&d, &subject, BPF_CORE_READ(type, name),
+				 BPF_CORE_READ(type, fs_flags) & FS_REQUIRES_DEV, fs_type);
+	return decide_mount(&d, &subject, fs_type, rule);
 }
 
 SEC("lsm/sb_umount")
@@ -140,5 +141,5 @@ int TARGET_HOOK(sb_umount, struct vfsmount *mnt, int flags, int ret)
 	__u8 fs_type[PALISADE_FS_TYPE_LEN] = {};
 	bpf_probe_read_kernel_str(fs_type, sizeof(fs_type), BPF_CORE_READ(mnt, mnt_sb, s_type, name));
 	struct palisade_verdict d = subject.policy->umount;
-	return decide_mount(&d, &subject, fs_type);
+	return decide_mount(&d, &subject, fs_type, mount_type_rule(&subject, fs_type));
 }

@@ -70,7 +70,7 @@ int TARGET_HOOK(socket_create, int family, int type, int protocol, int kern, int
 		e->family = family;
 		e->protocol = real_protocol;
 		e->arg = type;
-		submit_event(e);
+		submit_event(e, &subject);
 	}
 	return verdict_error(&d);
 }
@@ -142,7 +142,7 @@ static __always_inline int check_destination(__u32 hook, struct socket *sock, vo
 		e->protocol = protocol;
 		e->port = port;
 		__builtin_memcpy(e->addr, key.data.addr, 16);
-		submit_event(e);
+		submit_event(e, &subject);
 	}
 	return verdict_error(&d);
 }

@@ -146,7 +146,7 @@ static __always_inline int decide_path(const struct palisade_verdict *d,
 		e->arg = arg;
 		__builtin_memcpy(e->path, s->path, sizeof(e->path));
 		e->path[sizeof(e->path) - 1] = 0;
-		submit_event(e);
+		submit_event(e, subject);
 	}
 	return verdict_error(d);
 }

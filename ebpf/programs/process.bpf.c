@@ -13,7 +13,7 @@ static __always_inline int protect_process(struct task_struct *object,
 	if (e) {
 		e->object_pid = object->tgid;
 		e->arg = arg;
-		submit_event(e);
+		submit_event(e, subject);
 	}
 	return -EPERM;
 }
@@ -71,7 +71,7 @@ int TARGET_HOOK(ptrace_access_check, struct task_struct *child, unsigned int mod
 	if (e) {
 		e->object_pid = child->tgid;
 		e->arg = mode;
-		submit_event(e);
+		submit_event(e, &subject);
 	}
 	return verdict_error(&d);
 }

@@ -42,7 +42,15 @@ pub enum Effect {
     },
     /// What a DefenseInDepth policy allows: exceptions to its `DenyByDefault`, not rules of their
     /// own (a `Sockets` key may be `SOCKET_TYPE | type`).
-    Allow(Vec<Effect>),
+    Allow(Vec<Allowance>),
+}
+
+/// One allowance of a DefenseInDepth policy, and the list it came from (a field of the policy's
+/// allowlist or of a rule module's allow rule), for errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allowance {
+    pub field: String,
+    pub effect: Effect,
 }
 
 /// A rule class that is on or off for a whole policy: one verdict in its `policies` entry.

@@ -233,9 +233,9 @@ impl Encoder {
                 let default = Verdict { action, ..verdict };
                 merge_verdict(&mut self.switches.default_deny, default);
             }
-            Effect::Allow(effects) => {
-                for effect in effects {
-                    self.add(effect, ALLOWED);
+            Effect::Allow(allowances) => {
+                for allowance in allowances {
+                    self.add(&allowance.effect, ALLOWED);
                 }
             }
         }

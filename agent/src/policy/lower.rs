@@ -11,7 +11,7 @@ use super::{
     Action, AllowRules, CustomRules, Mode, Pattern, Policy, PolicyError, PortRange, Protocol,
     RuleModule,
     catalog::{self, Category, Environment},
-    effect::{AddressBlock, EXEC_RULE_PERMS, Effect, Switch, parse_port_range},
+    effect::{AddressBlock, Allowance, EXEC_RULE_PERMS, Effect, Switch, parse_port_range},
     permission::kernel_perms,
 };
 
@@ -189,14 +189,15 @@ fn defense_in_depth(
     }))
 }
 
-/// The effects of the allow rules `allow`, found at `field`.
+/// The allowances of the allow rules `allow`, found at `field`.
 fn allowances(
     source: &dyn Display,
     field: &str,
     allow: &AllowRules,
-) -> Result<Vec<Effect>, PolicyError> {
+) -> Result<Vec<Allowance>, PolicyError> {
     let list = |name: &str| format!("{field}.{name}");
     let mut allowed = Vec::new();
+    let mut allow_at = |field: String, effect: Effect| allowed.push(Allowance { field, effect });
     for (index, file) in allow.files.iter().enumerate() {
         let field = format!("{}[{index}]", list("files"));
         if file.permissions.is_empty() {
@@ -206,10 +207,15 @@ fn allowances(
                 "must list at least one permission",
             ));
         }
-        allowed.push(Effect::Paths {
-            patterns: path_patterns(source, &field, &file.paths)?,
-            perms: kernel_perms(&file.permissions),
-        });
+        let paths = format!("{field}.paths");
+        let patterns = path_patterns(source, &field, &file.paths)?;
+        allow_at(
+            paths,
+            Effect::Paths {
+                patterns,
+                perms: kernel_perms(&file.permissions),
+            },
+        );
     }
     for (paths, name, perms) in [
         (&allow.exec, "exec", EXEC_RULE_PERMS),
@@ -217,32 +223,27 @@ fn allowances(
     ] {
         if !paths.is_empty() {
             let patterns = parse_each(source, &list(name), paths, |path| Pattern::parse(path))?;
-            allowed.push(Effect::Paths { patterns, perms });
+            allow_at(list(name), Effect::Paths { patterns, perms });
         }
     }
     if !allow.capabilities.is_empty() {
-        allowed.push(Effect::Capabilities(capability_mask(
-            source,
-            field,
-            &allow.capabilities,
-        )?));
+        let mask = capability_mask(source, field, &allow.capabilities)?;
+        allow_at(list("capabilities"), Effect::Capabilities(mask));
     }
     for (index, peers) in allow.network.iter().enumerate() {
         let field = format!("{}[{index}]", list("network"));
-        allowed.push(network_effect(
+        let effect = network_effect(
             source,
             &field,
             &peers.addresses,
             &peers.ports,
             &peers.protocols,
-        )?);
+        )?;
+        allow_at(field, effect);
     }
     if !allow.mount.is_empty() {
-        allowed.push(Effect::MountTypes(fs_types(
-            source,
-            &list("mount"),
-            &allow.mount,
-        )?));
+        let types = fs_types(source, &list("mount"), &allow.mount)?;
+        allow_at(list("mount"), Effect::MountTypes(types));
     }
     let mut sockets = Vec::new();
     for (index, socket) in allow.sockets.iter().enumerate() {
@@ -267,7 +268,7 @@ fn allowances(
         sockets.extend(types.iter().map(|kind| (family, SOCKET_TYPE | kind)));
     }
     if !sockets.is_empty() {
-        allowed.push(Effect::Sockets(sockets));
+        allow_at(list("sockets"), Effect::Sockets(sockets));
     }
     Ok(allowed)
 }
@@ -308,13 +309,17 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 fn check_globs(source: &dyn Display, rules: &[Rule]) -> Result<(), PolicyError> {
     let mut globs = 0;
     for rule in rules {
-        // A DefenseInDepth rule's allowances are named by their list as a whole.
-        let own = rule.effects.iter().map(|effect| (effect, false));
+        let own = rule
+            .effects
+            .iter()
+            .map(|effect| (rule.field.as_str(), ".paths", effect));
+        // A DefenseInDepth rule's allowances are named by the lists they came from.
         let allowed = rule.effects.iter().flat_map(|effect| match effect {
             Effect::Allow(allowed) => allowed.as_slice(),
             _ => &[],
         });
-        for (effect, is_allowance) in own.chain(allowed.map(|effect| (effect, true))) {
+        let allowed = allowed.map(|allowance| (allowance.field.as_str(), "", &allowance.effect));
+        for (field, list, effect) in own.chain(allowed) {
             let Effect::Paths { patterns, .. } = effect else {
                 continue;
             };
@@ -323,14 +328,9 @@ fn check_globs(source: &dyn Display, rules: &[Rule]) -> Result<(), PolicyError> 
                     continue;
                 }
                 if globs == MAX_GLOBS {
-                    let field = if is_allowance {
-                        format!("{}.allow", rule.field)
-                    } else {
-                        format!("{}.paths[{index}]", rule.field)
-                    };
                     return Err(PolicyError::new(
                         source,
-                        field,
+                        format!("{field}{list}[{index}]"),
                         format!(
                             "a policy may hold at most {MAX_GLOBS} \"**\" patterns, built-in \
                              rules included"
@@ -846,8 +846,8 @@ mod tests {
         assert_eq!(
             parse(&text).unwrap_err().to_string(),
             format!(
-                "p.yaml: spec.defenseInDepth.allow: a policy may hold at most {MAX_GLOBS} \"**\" \
-                 patterns, built-in rules included"
+                "p.yaml: spec.defenseInDepth.allow.files[0].paths[64]: a policy may hold at \
+                 most {MAX_GLOBS} \"**\" patterns, built-in rules included"
             )
         );
     }

@@ -309,6 +309,8 @@ impl Drop for Kernel {
             let _ = cgroup.remove();
         }
         self.loaded.enforcer.retire_released();
+        // A test may have limited the audit rate: the next one starts without a limit.
+        let _ = self.loaded.enforcer.set_audit_rate(None);
     }
 }
 

@@ -13,10 +13,12 @@ use std::{
     },
     path::Path,
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use palisade_agent::{
     behavior::Allowlist,
+    bpf::AuditRate,
     policy::{Environment, Policy, compile},
     rules::{RuleHost, compile_policy},
 };
@@ -302,4 +304,109 @@ fn a_written_allowlist_denies_what_it_does_not_list_in_every_category() {
         }
     }
     drop(listener);
+}
+
+#[test]
+fn a_trial_reports_new_operations_at_the_audit_rate_and_a_throttled_one_when_it_happens_again() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "trial-rate");
+    let _ = std::fs::remove_dir_all("/tmp/trial-rate");
+    let paths: Vec<String> = (0..10).map(|i| format!("/tmp/trial-rate/{i}")).collect();
+    for path in &paths {
+        file(path);
+    }
+    const RATE: u32 = 1;
+    const BURST: u32 = 2;
+    kernel
+        .enforcer()
+        .set_audit_rate(Some(AuditRate {
+            per_second: RATE,
+            burst: BURST,
+        }))
+        .unwrap();
+    let spec = concat!(
+        "  mode: DefenseInDepth\n",
+        "  defenseInDepth:\n",
+        "    allowViolations: true\n",
+        "    allow:\n",
+        "      files: [{paths: [/], permissions: [read, exec]}]\n",
+    );
+    kernel.apply(&target, policy_with_spec("trial-rate", spec));
+    kernel.events();
+    // Appending opens each file for writing (no truncation): one new operation per file.
+    let append = |paths: &[&String]| {
+        let names: Vec<&str> = paths.iter().map(|path| path.as_str()).collect();
+        format!("for f in {}; do echo x >> $f; done", names.join(" "))
+    };
+    let reported = |kernel: &mut Kernel| -> Vec<(String, u32)> {
+        let events = kernel.events();
+        for event in &events {
+            assert_eq!(
+                (
+                    event.naming.hook,
+                    event.naming.action,
+                    event.naming.rule.as_deref(),
+                    event.errno
+                ),
+                ("file_open", "audit", Some("defense-in-depth"), 0),
+                "{event:#?}"
+            );
+        }
+        events
+            .into_iter()
+            .map(|event| (event.path, event.suppressed))
+            .collect()
+    };
+    let stats = |kernel: &mut Kernel| kernel.enforcer().stats().unwrap();
+
+    // A flood of new operations: reported at the audit rate, each of the others counted.
+    let before = stats(&mut kernel);
+    let started = Instant::now();
+    run_in(&target, &append(&paths.iter().collect::<Vec<_>>()));
+    let elapsed = started.elapsed().as_secs_f64();
+    let first = reported(&mut kernel);
+    let after = stats(&mut kernel);
+    let throttled = after.events_throttled - before.events_throttled;
+    let emitted = first.len() as f64;
+    // A new bucket lets BURST events through at once, then RATE a second.
+    let most = f64::from(BURST) + (f64::from(RATE) * elapsed).floor();
+    assert!(
+        emitted >= f64::from(BURST) && emitted <= most,
+        "{first:?} in {elapsed:.2} s"
+    );
+    assert_eq!(
+        first.len() as u64 + throttled,
+        paths.len() as u64,
+        "{first:?}"
+    );
+    assert!(throttled > 0, "{first:?} in {elapsed:.2} s");
+    // Held back since the last event sent.
+    let held: u64 = throttled - first.iter().map(|(_, held)| u64::from(*held)).sum::<u64>();
+    assert_eq!(after.events_repeated, before.events_repeated);
+    let first_paths: BTreeSet<&str> = first.iter().map(|(path, _)| path.as_str()).collect();
+    assert_eq!(first_paths.len(), first.len(), "{first:?}");
+    let reported_path = paths
+        .iter()
+        .find(|path| first_paths.contains(path.as_str()))
+        .unwrap();
+    let throttled_path = paths
+        .iter()
+        .find(|path| !first_paths.contains(path.as_str()))
+        .unwrap();
+
+    // With credit again: a throttled operation is reported when it happens again (saying how
+    // many were held back), once; a reported one never again.
+    std::thread::sleep(Duration::from_millis(u64::from(1000 / RATE) + 200));
+    let before = stats(&mut kernel);
+    run_in(
+        &target,
+        &append(&[throttled_path, throttled_path, reported_path]),
+    );
+    assert_eq!(
+        reported(&mut kernel),
+        [(throttled_path.clone(), held as u32)]
+    );
+    let after = stats(&mut kernel);
+    assert_eq!(after.events_repeated - before.events_repeated, 2);
+    assert_eq!(after.events_throttled, before.events_throttled);
 }
