@@ -123,10 +123,14 @@ struct kernfs_node {
 	__u64 id;
 	unsigned short flags;
 	const char *name;
+	void *priv; /* a cgroup's directory: the cgroup */
 };
+
+struct cgroup_root;
 
 struct cgroup {
 	struct kernfs_node *kn;
+	struct cgroup_root *root;
 	int level;
 	struct cgroup *ancestors[];
 };

@@ -43,6 +43,21 @@ struct {
 	__type(value, struct palisade_target);
 } pending SEC(".maps");
 
+/*
+ * Cgroups a container runtime is setting up (cgroup.bpf.c), by when they were made. A setup ends
+ * at the cgroup's first exec, or RUNTIME_SETUP_NS after it was made, whichever comes first: an
+ * exec the programs did not see (while no target was enforced) leaves no container spared for
+ * long. Evicting an entry ends its setup early: the safe side.
+ */
+#define RUNTIME_SETUP_NS (30ull * 1000 * 1000 * 1000)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u64); /* bpf_ktime_get_ns() when made */
+} runtime_setup SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1); /* sized at load */
@@ -331,13 +346,22 @@ static __always_inline void consider(struct palisade_verdict *d, __u32 action, _
 	}
 }
 
+/* Whether the current task is in a cgroup a container runtime is setting up: its default
+ * denials and recording do not apply (cgroup.bpf.c). */
+static __always_inline int in_runtime_setup(void)
+{
+	__u64 id = bpf_get_current_cgroup_id();
+	__u64 *made = bpf_map_lookup_elem(&runtime_setup, &id);
+	return made && bpf_ktime_get_ns() - *made < RUNTIME_SETUP_NS;
+}
+
 /* DefenseInDepth: adds the policy's default denial when the operation falls in one of
  * `categories` (PALISADE_DEFAULT_* or PALISADE_PERM_* bits) that the policy denies unless
  * allowed; callers pass only the categories no allow rule covered. */
 static __always_inline void deny_by_default(struct palisade_verdict *d,
 					    const struct subject *subject, __u32 categories)
 {
-	if (subject->policy->defaults & categories)
+	if ((subject->policy->defaults & categories) && !in_runtime_setup())
 		consider(d, subject->policy->default_deny.action,
 			 subject->policy->default_deny.rule_id);
 }

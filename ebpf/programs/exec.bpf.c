@@ -26,11 +26,27 @@ static __always_inline int check_exec_name(struct linux_binprm *bprm)
 	return decide_path(&d, &subject, s, bprm->file->f_inode, PALISADE_PERM_EXEC, 0);
 }
 
+/*
+ * The first exec in a cgroup a runtime is setting up ends the setup, and is decided as the
+ * container's. Except the exec of a file in no mount namespace: runc 1.1 re-executing a sealed
+ * copy of itself (a memfd, or a bind mount it detached) is still setting up.
+ */
+static __always_inline void end_runtime_setup(struct linux_binprm *bprm)
+{
+	__u64 id = bpf_get_current_cgroup_id();
+	if (!bpf_map_lookup_elem(&runtime_setup, &id))
+		return;
+	if (internal_mount((__u64)BPF_CORE_READ(bprm, file, f_path.mnt)))
+		return;
+	bpf_map_delete_elem(&runtime_setup, &id);
+}
+
 SEC("lsm/bprm_check_security")
 int TARGET_HOOK(bprm_check_security, struct linux_binprm *bprm, int ret)
 {
 	if (ret)
 		return ret;
+	end_runtime_setup(bprm);
 	int error = check_file(bprm->file, PALISADE_HOOK_BPRM_CHECK, PALISADE_PERM_EXEC);
 	if (error)
 		return error;

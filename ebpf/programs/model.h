@@ -19,10 +19,11 @@ struct {
 	__type(value, __u64);
 } model_records SEC(".maps");
 
-/* Whether the subject's policy records what its targets do. */
+/* Whether the subject's policy records what its targets do, and the subject is not a runtime
+ * setting a container up. */
 static __always_inline int modeling(const struct subject *subject)
 {
-	return subject->policy->flags & PALISADE_POLICY_MODELING;
+	return (subject->policy->flags & PALISADE_POLICY_MODELING) && !in_runtime_setup();
 }
 
 /* A zeroed key for a record of `kind` by the subject, in per-CPU memory (too large for the

@@ -94,6 +94,7 @@ maps! {
     kernel_only {
         audit_buckets,
         reported,
+        runtime_setup,
         scratch_space,
     }
 }

@@ -19,7 +19,8 @@ use kube::{
     Api, Client,
     api::{DeleteParams, Patch, PatchParams},
 };
-use palisade_crds::{PalisadePolicy, READY};
+use palisade_agent::behavior::{Allowlist, BehaviorModel};
+use palisade_crds::{PalisadeBehaviorModel, PalisadePolicy, READY};
 use palisade_kernel_tests::{binary, block_on, this_kernels};
 use palisade_kube_tests::{admin, apply_policy, namespace};
 use serde_json::json;
@@ -525,6 +526,8 @@ fn the_chart_protects_the_selected_pods_and_uninstalls_cleanly() {
             "another pod ({phase}): {logs}"
         );
 
+        modeled_pods_run_under_their_allowlist(&client, node, &ns, &|| agent_logs(&agent)).await;
+
         // An agent stopped while its DaemonSet stays leaves enforcement in place for the next.
         delete_pod(&agents, &agent, &DeleteParams::default()).await;
         assert!(lsm_programs() > 0, "the stopped agent's programs went");
@@ -561,6 +564,90 @@ fn the_chart_protects_the_selected_pods_and_uninstalls_cleanly() {
             "after the uninstall ({phase}): {logs}"
         );
     });
+}
+
+/// What the modeled pods do, and one thing more.
+const MODELED_WORKLOAD: &str = "/bin/busybox cat /etc/hostname && echo done";
+/// The kubelet mounts /etc/hosts into every pod; the modeled one did not read it.
+const DEVIATION: &str = "/bin/busybox cat /etc/hostname && /bin/busybox cat /etc/hosts";
+
+/// A pod modeled, the model made a DefenseInDepth policy as `palisade model to-policy` makes
+/// it: the pod starts again under containerd and runc (whose setup of each container is not
+/// under the allowlist) and runs as it was modeled, and what it did not do is denied.
+async fn modeled_pods_run_under_their_allowlist(
+    client: &Client,
+    node: &TheNode,
+    ns: &str,
+    agent_log: &dyn Fn() -> String,
+) {
+    let policies = Api::<PalisadePolicy>::namespaced(client.clone(), ns);
+    let apply = async |spec: serde_json::Value| {
+        let document = json!({
+            "apiVersion": "palisade.dev/v1alpha1",
+            "kind": "PalisadePolicy",
+            "metadata": {"name": "modeled", "namespace": ns},
+            "spec": spec,
+        });
+        apply_policy(client, &document.to_string()).await;
+        eventually_on_node(
+            node,
+            "the policy's generation to be Ready",
+            Duration::from_secs(120),
+            async || {
+                let policy = policies.get("modeled").await.ok()?;
+                let status = policy.status?;
+                let ready = status
+                    .conditions
+                    .iter()
+                    .any(|condition| condition.type_ == READY && condition.status == "True");
+                (ready && status.observed_generation == policy.metadata.generation).then_some(())
+            },
+        )
+        .await;
+    };
+    apply(json!({
+        "target": {"selector": {"matchLabels": {"app": "modeled"}}},
+        "mode": "BehaviorModeling",
+        "behaviorModeling": {"duration": "20s"},
+    }))
+    .await;
+    let modeled = ("modeled", "modeled");
+    // A pod that leaves before the duration ends leaves an incomplete model: this one stays.
+    let staying = format!("{MODELED_WORKLOAD} && /bin/busybox sleep 45");
+    let (phase, logs) = run_pod(client, node, ns, modeled, &staying).await;
+    assert_eq!(phase, "Succeeded", "the modeled pod: {logs}");
+    let models = Api::<PalisadeBehaviorModel>::namespaced(client.clone(), ns);
+    let name = format!("modeled.{}", node.name);
+    let model: BehaviorModel = eventually_on_node(
+        node,
+        "the complete model",
+        Duration::from_secs(120),
+        async || {
+            let object = models.get(&name).await.ok()?;
+            let model: BehaviorModel = serde_json::from_value(object.spec.0).ok()?;
+            model.complete.then_some(model)
+        },
+    )
+    .await;
+    let mut allowlist = Allowlist::of(&model).policy.spec;
+    allowlist
+        .defense_in_depth
+        .as_mut()
+        .expect("an allowlist")
+        .allow_violations = false;
+    apply(serde_json::to_value(&allowlist).unwrap()).await;
+    let (phase, logs) = run_pod(client, node, ns, modeled, MODELED_WORKLOAD).await;
+    assert!(
+        phase == "Succeeded" && logs.contains("done"),
+        "the modeled pod under its allowlist ({phase}): {logs}\n--- allowlist\n{}\n--- agent\n{}",
+        Allowlist::of(&model).to_yaml(),
+        agent_log()
+    );
+    let (phase, logs) = run_pod(client, node, ns, modeled, DEVIATION).await;
+    assert!(
+        phase == "Failed" && logs.contains("/etc/hosts': Operation not permitted"),
+        "a deviation ({phase}): {logs}"
+    );
 }
 
 /// The name of the release's Ready agent pod (other than `former`).

@@ -7,6 +7,12 @@
 //! probe map-exec PATH            (mmap with PROT_EXEC)
 //! probe pty-peer                (a new pseudo-terminal, then its peer by TIOCGPTPEER)
 //! probe memfd                    (memfd_create, ftruncate, fchmod: a file with no path)
+//! probe runtime PROCS COPY OP PATH ENTRYPOINT [ARGS...]
+//!                                (a container runtime, as runc 1.1: joins the cgroup whose
+//!                                cgroup.procs is PROCS, re-executes a copy of itself if COPY is
+//!                                `memfd-copy` or `bind-copy`, sets the container up by opening PATH as
+//!                                OP (read, write...), then executes the entrypoint; prints
+//!                                `copy errno N` or `setup errno N` when a step fails)
 //! probe read-reopen PATH         (an O_PATH descriptor, reopened through /proc/self/fd)
 //! probe read-unlinked PATH       (an O_PATH descriptor, PATH unlinked, then reopened through
 //!                                /proc/self/fd: d_path says "PATH (deleted)")
@@ -92,13 +98,19 @@ fn c_string(text: &str) -> CString {
     CString::new(text).expect("no NUL in arguments")
 }
 
-/// execveat(fd, "", AT_EMPTY_PATH): executes the file behind a descriptor. Returns on failure.
+/// Executes `path` through an O_PATH descriptor of it: no name at all. Returns on failure.
 fn exec_fd(path: &str, args: &[&str]) -> io::Result<()> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH)
         .open(path)?;
-    let argv: Vec<CString> = std::iter::once(path)
+    exec_descriptor(file.as_raw_fd(), path, args)
+}
+
+/// execveat(fd, "", AT_EMPTY_PATH): executes the file behind a descriptor, with `name` as
+/// argv[0]. Returns on failure.
+fn exec_descriptor(fd: i32, name: &str, args: &[&str]) -> io::Result<()> {
+    let argv: Vec<CString> = std::iter::once(name)
         .chain(args.iter().copied())
         .map(c_string)
         .collect();
@@ -109,7 +121,7 @@ fn exec_fd(path: &str, args: &[&str]) -> io::Result<()> {
     unsafe {
         libc::syscall(
             libc::SYS_execveat,
-            file.as_raw_fd(),
+            fd,
             c"".as_ptr(),
             argv_ptrs.as_ptr(),
             envp.as_ptr(),
@@ -303,6 +315,74 @@ fn memfd() -> io::Result<()> {
     let file = unsafe { File::from_raw_fd(fd) };
     file.set_len(4096)?;
     file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+}
+
+/// `probe runtime`: what runc 1.1 does in a container's new cgroup, in short. A `procs` of `-`
+/// and a `copy` of `itself`: the sealed copy, already in the cgroup, goes on.
+fn runtime(procs: &str, copy: &str, op: &str, path: &str, entrypoint: &[&str]) -> io::Result<()> {
+    if procs != "-" {
+        std::fs::write(procs, std::process::id().to_string())?;
+    }
+    let sealed = match copy {
+        "memfd-copy" => Some(memfd_copy_of_self()),
+        "bind-copy" => Some(bind_copy_of_self()),
+        _ => None,
+    };
+    if let Some(sealed) = sealed {
+        let sealed = sealed.unwrap_or_else(|err| {
+            println!("copy errno {}", err.raw_os_error().unwrap_or(-1));
+            std::process::exit(1)
+        });
+        let args: Vec<&str> = ["runtime", "-", "itself", op, path]
+            .into_iter()
+            .chain(entrypoint.iter().copied())
+            .collect();
+        return exec_descriptor(sealed.as_raw_fd(), "probe", &args);
+    }
+    if let Err(err) = open(op, path) {
+        println!("setup errno {}", err.raw_os_error().unwrap_or(-1));
+        std::process::exit(1);
+    }
+    Err(Command::new(entrypoint[0]).args(&entrypoint[1..]).exec())
+}
+
+/// A copy of this program in a memfd: a file in no mount namespace.
+fn memfd_copy_of_self() -> io::Result<File> {
+    // SAFETY: a NUL-terminated name.
+    let fd = fd(unsafe { libc::syscall(libc::SYS_memfd_create, c"runtime".as_ptr(), 0) })?;
+    // SAFETY: a descriptor this function owns from here on.
+    let mut copy = unsafe { File::from_raw_fd(fd) };
+    io::copy(&mut File::open("/proc/self/exe")?, &mut copy)?;
+    Ok(copy)
+}
+
+/// This program through a bind mount of it, opened, then detached (runc 1.1's bindfd): a file
+/// whose mount is in no mount namespace.
+fn bind_copy_of_self() -> io::Result<File> {
+    let place = format!("/tmp/runtime-copy-{}", std::process::id());
+    File::create(&place)?;
+    let (source, target) = (c_string("/proc/self/exe"), c_string(&place));
+    // SAFETY: NUL-terminated paths, no file system type or data for a bind mount.
+    check(
+        unsafe {
+            libc::mount(
+                source.as_ptr(),
+                target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        }
+        .into(),
+    )?;
+    let copy = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(&place)?;
+    // SAFETY: a NUL-terminated path.
+    check(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) }.into())?;
+    std::fs::remove_file(&place)?;
+    Ok(copy)
 }
 
 /// Reads the first byte of an open file.
@@ -1007,6 +1087,9 @@ fn main() -> ExitCode {
         ["read-by-handle", handle, mount] => report(read_by_handle(handle, mount)),
         ["read-by-xfs-handle", handle, mount] => report(read_by_xfs_handle(handle, mount)),
         ["memfd"] => report(memfd()),
+        ["runtime", procs, copy, op, path, entrypoint @ ..] if !entrypoint.is_empty() => {
+            report(runtime(procs, copy, op, path, entrypoint))
+        }
         ["pty-peer"] => report(pty_peer()),
         ["read-reopen", path] => report(read_reopen(path, false)),
         ["read-unlinked", path] => report(read_reopen(path, true)),

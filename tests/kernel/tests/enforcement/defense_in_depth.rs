@@ -29,7 +29,7 @@ use palisade_kernel_tests::{
 
 use super::{
     cleanup_agent, fresh_dir,
-    modeling::{model, run_in, written_model},
+    modeling::{model, run_as_runtime, run_in, written_model},
     rule_modules::install_module,
 };
 
@@ -409,4 +409,113 @@ fn a_trial_reports_new_operations_at_the_audit_rate_and_a_throttled_one_when_it_
     let after = stats(&mut kernel);
     assert_eq!(after.events_repeated - before.events_repeated, 2);
     assert_eq!(after.events_throttled, before.events_throttled);
+}
+
+#[test]
+fn a_runtime_sets_a_container_up_outside_the_allowlist_which_starts_at_its_entrypoints_exec() {
+    let mut kernel = Kernel::new();
+    let pod = kernel.cgroup(None, "runtime-pod");
+    let _ = std::fs::remove_dir_all("/tmp/runtime");
+    let state = file("/tmp/runtime/state");
+    let secret = file("/tmp/runtime/secret");
+    let unwritten = file("/tmp/runtime/unwritten");
+    let spec = format!(
+        concat!(
+            "  mode: DefenseInDepth\n",
+            "  defenseInDepth:\n",
+            "    allow:\n",
+            "      files:\n",
+            "        - {{paths: [/], permissions: [read, exec]}}\n",
+            "        - {{paths: [{pod}/], permissions: [read, write]}}\n",
+            "  enhanceProtect:\n",
+            "    privileged: true\n",
+            "    customRules:\n",
+            "      files: [{{name: no-secret, paths: [{secret}], permissions: [read], action: deny}}]\n",
+        ),
+        pod = pod.path.display(),
+        secret = secret,
+    );
+    kernel.apply(&pod, policy_with_spec("runtime", &spec));
+    kernel.events();
+
+    // Containers' cgroups, made by the runtime (in no target): its setup writes a file the
+    // allowlist does not list, before and after re-executing a sealed copy of itself (runc 1.1);
+    // the entrypoint it then executes may not.
+    let containers = ["itself", "memfd-copy", "bind-copy"].map(|copy| {
+        let container = kernel.cgroup(Some(&pod), &format!("container-{copy}"));
+        assert_eq!(
+            run_as_runtime(
+                &container.path,
+                copy,
+                ["write", state],
+                &["write", unwritten]
+            ),
+            "errno 1",
+            "{copy}"
+        );
+        container
+    });
+    // A cgroup made for a policy staged for it, as a pod's: the same.
+    let staging = kernel.cgroup(None, "runtime-staging");
+    kernel
+        .enforcer()
+        .stage(&staging, "pod", policy_with_spec("runtime", &spec))
+        .expect("staging the pod's policy");
+    let staged = kernel.cgroup(Some(&staging), "pod");
+    assert_eq!(
+        run_as_runtime(
+            &staged.path,
+            "itself",
+            ["write", state],
+            &["write", unwritten]
+        ),
+        "errno 1",
+        "staged"
+    );
+    kernel.enforcer().unstage(staging.id, "pod").unwrap();
+    let events = kernel.events();
+    let denied: Vec<(&str, Option<&str>, &str)> = events
+        .iter()
+        .map(|event| {
+            (
+                event.naming.hook,
+                event.naming.rule.as_deref(),
+                event.path.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        denied,
+        [("file_open", Some("defense-in-depth"), unwritten); 4],
+        "{events:#?}"
+    );
+    // Once the entrypoint ran, what joins the container is under the allowlist from its first
+    // instruction (runc exec).
+    assert_eq!(
+        run_as_runtime(
+            &containers[0].path,
+            "itself",
+            ["write", state],
+            &["read", state]
+        ),
+        "setup errno 1"
+    );
+    // Deny rules apply to the setup too.
+    let denied_setup = kernel.cgroup(Some(&pod), "denied-setup");
+    assert_eq!(
+        run_as_runtime(
+            &denied_setup.path,
+            "itself",
+            ["read", secret],
+            &["read", state]
+        ),
+        "setup errno 1"
+    );
+    // A cgroup a task of the target makes is never set up outside the allowlist.
+    let nested = pod.path.join("nested");
+    let made = probe(Some(&containers[0]), &["mkdir", nested.to_str().unwrap()]);
+    let setup = run_as_runtime(&nested, "itself", ["write", state], &["read", state]);
+    let _ = std::fs::remove_dir(&nested);
+    assert_eq!((made, setup.as_str()), (Answer::Ok, "setup errno 1"));
+    kernel.events();
 }

@@ -8,7 +8,7 @@ use palisade_agent::{
     policy::{Permission, PortRange, Protocol},
     targets::Cgroup,
 };
-use palisade_kernel_tests::{Kernel, binary, file};
+use palisade_kernel_tests::{Kernel, binary, file, probe_command};
 
 use super::{Agent, cleanup_agent, fresh_dir, observability::Scrape, wait_until};
 
@@ -28,6 +28,8 @@ pub(super) fn model(target: &Cgroup, name: &str, duration: &str) -> (Agent, Stri
     let bpffs = format!("/sys/fs/bpf/palisade-test-{name}");
     let agent = Agent::start_with(&dir, &bpffs, name, &["--models-dir", &models]);
     agent.wait_for_log("modeling the target's behaviour");
+    // Logged as the model opens, before the policy that records into it is enforced.
+    agent.wait_for_log("agent ready");
     (agent, format!("{models}/{name}.yaml"))
 }
 
@@ -58,6 +60,30 @@ pub(super) fn run_in(target: &Cgroup, script: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// What `probe runtime` printed: a container runtime joining `container`, re-executing a sealed
+/// copy of itself first if `copy` says so (`memfd-copy`, `bind-copy`), opening a file as `setup`
+/// says, then executing the probe with `entrypoint` as arguments.
+pub(super) fn run_as_runtime(
+    container: &Path,
+    copy: &str,
+    setup: [&str; 2],
+    entrypoint: &[&str],
+) -> String {
+    let procs = container.join("cgroup.procs");
+    let probe_path = binary("PALISADE_PROBE");
+    let mut args = vec![
+        "runtime",
+        procs.to_str().unwrap(),
+        copy,
+        setup[0],
+        setup[1],
+        probe_path.to_str().unwrap(),
+    ];
+    args.extend(entrypoint);
+    let out = probe_command(None, &args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// What starting a program reads besides the workload's own files: the kernel opens the program
@@ -243,4 +269,40 @@ fn a_noisy_workload_makes_a_compact_model_and_no_events() {
     assert_eq!(Scrape::now().value("palisade_events_total", &[]), 0.0);
     drop(agent);
     cleanup_agent("/sys/fs/bpf/palisade-test-noisy");
+}
+
+#[test]
+fn a_runtimes_setup_of_a_new_container_is_not_modeled() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "modeled-runtime");
+    let state = file("/tmp/modeled-runtime/state");
+    let used = file("/tmp/modeled-runtime/used");
+    let (agent, model_path) = model(&target, "modeled-runtime", "5s");
+    let container = kernel.cgroup(Some(&target), "container");
+    assert_eq!(
+        run_as_runtime(
+            &container.path,
+            "memfd-copy",
+            ["write", state],
+            &["read", used]
+        ),
+        "ok"
+    );
+    let model = written_model(&agent, &model_path);
+    assert!(model.complete, "{model:#?}");
+    let programs: Vec<&str> = model
+        .executables
+        .iter()
+        .map(|run| run.what.path.as_str())
+        .collect();
+    assert_eq!(programs, ["/palisade/bin/probe"], "{model:#?}");
+    let own: Vec<(&str, &[String])> = model
+        .files
+        .iter()
+        .filter(|used| !read_to_start(&model, &used.path))
+        .map(|used| (used.path.as_str(), used.permissions.as_slice()))
+        .collect();
+    assert_eq!(own, [(used, &["read".to_owned()][..])], "{model:#?}");
+    drop(agent);
+    cleanup_agent("/sys/fs/bpf/palisade-test-modeled-runtime");
 }
