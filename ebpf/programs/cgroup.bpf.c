@@ -11,9 +11,9 @@
  * then executes its entrypoint. DefenseInDepth and recording policies apply to a container from
  * that exec on: what the runtime does before (mounting the container's root, pivot_root,
  * dropping capabilities: paths and mounts that change with every container, nothing the
- * workload does) is neither denied by default nor modeled, while deny rules still apply. Such a cgroup is marked in
- * `runtime_setup` until its first exec (exec.bpf.c). A cgroup a target's own task makes in it is
- * never marked.
+ * workload does) is neither denied by default nor modeled, while deny rules still apply. Such a
+ * cgroup is marked in `runtime_setup` until its first exec (exec.bpf.c). A cgroup a target's own
+ * task makes in it is never marked.
  */
 #include "common.h"
 
