@@ -5,6 +5,7 @@ pub mod bpf;
 pub mod cmd;
 pub mod events;
 pub mod files;
+pub mod fuzzing;
 pub mod http;
 pub mod k8s;
 pub mod metrics;
@@ -14,6 +15,8 @@ pub mod targets;
 
 /// The agent's allocator, in every binary built on this crate (the agent, and the benchmarks and
 /// tests that measure it): every audit event allocates its strings, and glibc's allocator cost
-/// more than a quarter of the event pipeline's instructions under a flood.
+/// more than a quarter of the event pipeline's instructions under a flood. Not under libFuzzer,
+/// whose sanitizers and memory limits watch the system allocator.
+#[cfg(not(fuzzing))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

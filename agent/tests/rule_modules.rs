@@ -265,6 +265,24 @@ fn a_module_whose_digest_differs_is_refused() {
 }
 
 #[test]
+fn a_module_outside_the_module_directory_is_refused_unread() {
+    let host = RuleHost::new(None).unwrap();
+    let digest = "0".repeat(64);
+    for file in ["/etc/passwd", "../policy.yaml", "modules/../../x.wasm"] {
+        let spec = format!(
+            "  mode: AlwaysAllow\n  ruleModules:\n    - name: m\n      module: {file}\n      sha256: {digest}\n"
+        );
+        let err = compile(&host, &spec).unwrap_err();
+        assert_eq!(err.field, "spec.ruleModules[0] (m)");
+        assert!(
+            err.reason
+                .contains("must be a path relative to the module directory"),
+            "{file}: {err}"
+        );
+    }
+}
+
+#[test]
 fn files_that_are_not_rule_modules_are_refused_with_the_reason() {
     let host = RuleHost::new(None).unwrap();
     let dir = scratch();

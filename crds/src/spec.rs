@@ -84,7 +84,8 @@ pub struct RuleModule {
     /// Names the module's rules ("NAME/RULE") and its failures.
     pub name: String,
     /// The module file (a WebAssembly component, or an OPA Wasm bundle's policy.wasm): relative
-    /// to the policy file's directory, or in Kubernetes to the agent's module directory.
+    /// to the policy file's directory, or in Kubernetes to the agent's module directory, without
+    /// "..".
     pub module: String,
     /// The SHA-256 digest of the module file, in hex: any other content is refused.
     #[schemars(regex(pattern = "^[0-9a-f]{64}$"))]

@@ -359,7 +359,8 @@ impl Decoder {
             dev: Device(event.dev),
             ino: event.ino,
             permissions: permission_names(event.perms),
-            errno: -event.error,
+            // Saturating: a record from a newer or damaged kernel side must not panic the decoder.
+            errno: event.error.saturating_neg(),
             suppressed: event.suppressed,
             object_pid: (event.object_pid != 0).then_some(event.object_pid),
             signal: (hook == HOOK_TASK_KILL).then_some(event.arg),

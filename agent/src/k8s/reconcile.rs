@@ -85,6 +85,18 @@ impl PolicyObject {
             status: status.clone(),
         }
     }
+
+    /// The object in the policy model: named as in metrics and events.
+    pub fn as_policy(&self) -> Policy {
+        Policy {
+            api_version: palisade_crds::API_VERSION.to_owned(),
+            kind: self.key.kind().to_owned(),
+            metadata: crate::policy::Metadata {
+                name: self.key.label(),
+            },
+            spec: self.spec.clone(),
+        }
+    }
 }
 
 impl From<&PalisadePolicy> for PolicyObject {
@@ -222,20 +234,11 @@ impl Reconciler {
     }
 
     fn compile(&self, policy: &PolicyObject) -> Result<Arc<CompiledPolicy>, String> {
-        // The object in the policy model: named as in metrics and events.
-        let model = Policy {
-            api_version: palisade_crds::API_VERSION.to_owned(),
-            kind: policy.key.kind().to_owned(),
-            metadata: crate::policy::Metadata {
-                name: policy.key.label(),
-            },
-            spec: policy.spec.clone(),
-        };
         let compiled = crate::rules::compile_policy(
             &self.rule_host,
             &policy.key,
             &self.modules,
-            &model,
+            &policy.as_policy(),
             &self.environment,
         )
         .map_err(|err| err.to_string())?;

@@ -34,16 +34,15 @@ impl Policy {
             let message = err.into_inner().to_string();
             // serde_yaml starts its message with the path of the enclosing field (for an unknown
             // key, the map that holds it): use that as the field, and say it once.
-            match message.split_once(": ") {
-                Some((field, reason)) if path.starts_with(field) => {
-                    PolicyError::new(file.display(), field, reason)
-                }
-                _ => PolicyError::new(
-                    file.display(),
-                    if path == "." { "(document)" } else { &path },
-                    message,
-                ),
-            }
+            let (field, reason) = match message.split_once(": ") {
+                Some((field, reason)) if path.starts_with(field) => (field, reason),
+                _ => (path.as_str(), message.as_str()),
+            };
+            let field = match field {
+                "" | "." => "(document)",
+                field => field,
+            };
+            PolicyError::new(file.display(), field, reason)
         })?;
         if policy.api_version != API_VERSION {
             return Err(PolicyError::new(
@@ -74,5 +73,19 @@ impl Policy {
             PolicyError::new(file.display(), "(file)", format!("cannot read: {err}"))
         })?;
         Self::parse(file, &text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_of_the_whole_document_names_the_document() {
+        // Found by fuzzing (fuzz/regressions/policy_file): a tagged key at the top level.
+        let text = "!spec?a   : - /ion:tr\n   \n     name";
+        let err = Policy::parse(Path::new("p.yaml"), text).unwrap_err();
+        assert_eq!(err.field, "(document)");
+        assert!(err.reason.starts_with("unknown field ``"), "{err}");
     }
 }

@@ -388,7 +388,17 @@ impl RuleHost {
     /// Reads the module at `path` and checks it against the ABI, without running it.
     pub fn inspect(&self, path: &Path) -> Result<Inspection, ModuleError> {
         let (bytes, digest) = read(path)?;
-        let artifact = self.artifact(path, &bytes, &digest)?;
+        self.inspect_bytes(path, &bytes, digest)
+    }
+
+    /// `inspect` of the module `bytes` (from `path`, which errors name; `digest`: theirs).
+    pub(crate) fn inspect_bytes(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        digest: String,
+    ) -> Result<Inspection, ModuleError> {
+        let artifact = self.artifact(path, bytes, &digest)?;
         let (imports, exports) = match &artifact {
             Artifact::Rego(module) => (
                 module

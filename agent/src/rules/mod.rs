@@ -8,7 +8,7 @@
 mod abi;
 mod build;
 mod host;
-mod opa;
+pub(crate) mod opa;
 mod sandbox;
 
 pub use abi::{
@@ -22,7 +22,10 @@ pub use host::{
     FailureKind, Inspection, LoadedModule, ModuleError, ModuleInstance, RuleHost, hex_digest,
 };
 
-use std::{fmt::Display, path::Path};
+use std::{
+    fmt::Display,
+    path::{Component, Path},
+};
 
 use crate::policy::{
     self, AllowRules, CapabilityRule, CompiledPolicy, CustomRules, Environment, ExecRule,
@@ -65,8 +68,21 @@ fn compile_modules(
         .map(|(index, module)| {
             let field = module_field(index, module);
             let error = |reason: String| PolicyError::new(source, &field, reason);
+            // Only a file of the module directory: a policy's author (in Kubernetes, any
+            // namespace's) must not have the agent read other files, nor learn their digests.
+            let file = Path::new(&module.module);
+            if !file
+                .components()
+                .all(|part| matches!(part, Component::Normal(_) | Component::CurDir))
+            {
+                return Err(error(format!(
+                    "module \"{}\": must be a path relative to the module directory, without \
+                     \"..\"",
+                    module.module
+                )));
+            }
             let loaded = host
-                .load(&dir.join(&module.module), &module.sha256)
+                .load(&dir.join(file), &module.sha256)
                 .map_err(|err| error(err.to_string()))?;
             let entries = loaded
                 .compile(&module.config.to_string(), context)

@@ -139,20 +139,6 @@ impl Opa {
         Ok(value)
     }
 
-    /// Reads the NUL-terminated string at `addr`.
-    fn string(&self, store: &Store<State>, addr: i32) -> wasmtime::Result<String> {
-        let data = self.memory.data(store);
-        let start = usize::try_from(addr)?;
-        let tail = data
-            .get(start..)
-            .ok_or_else(|| wasmtime::Error::msg("a string outside memory"))?;
-        let end = tail
-            .iter()
-            .position(|&byte| byte == 0)
-            .ok_or_else(|| wasmtime::Error::msg("an unterminated string"))?;
-        Ok(String::from_utf8_lossy(&tail[..end]).into_owned())
-    }
-
     /// Evaluates `entrypoint` on `input` (JSON); the rule's value, None when undefined. The
     /// heap is reset first, so an instance evaluates any number of inputs in constant memory.
     fn eval(
@@ -176,13 +162,7 @@ impl Opa {
         }
         let result = self.ctx_get_result.call(&mut *store, ctx)?;
         let dumped = self.json_dump.call(&mut *store, result)?;
-        let text = self.string(store, dumped)?;
-        // A result set: [{"result": VALUE}], or [] when the rule is undefined.
-        let results: Vec<serde_json::Value> = serde_json::from_str(&text)?;
-        Ok(results
-            .into_iter()
-            .next()
-            .and_then(|mut entry| entry.get_mut("result").map(serde_json::Value::take)))
+        result_value(&string(self.memory.data(&*store), dumped)?)
     }
 
     /// A JSON document the module returned from an export (`builtins`, `entrypoints`).
@@ -195,15 +175,84 @@ impl Opa {
         let func: TypedFunc<(), i32> = instance.get_typed_func(&mut *store, export)?;
         let value = func.call(&mut *store, ())?;
         let dumped = self.json_dump.call(&mut *store, value)?;
-        let text = self.string(store, dumped)?;
-        Ok(serde_json::from_str(&text)?)
+        Ok(serde_json::from_str(&string(
+            self.memory.data(&*store),
+            dumped,
+        )?)?)
     }
+}
+
+/// The NUL-terminated string at `addr` in a policy's `memory`.
+pub(crate) fn string(memory: &[u8], addr: i32) -> wasmtime::Result<String> {
+    let tail = usize::try_from(addr)
+        .ok()
+        .and_then(|start| memory.get(start..))
+        .ok_or_else(|| wasmtime::Error::msg("a string outside memory"))?;
+    let end = tail
+        .iter()
+        .position(|&byte| byte == 0)
+        .ok_or_else(|| wasmtime::Error::msg("an unterminated string"))?;
+    Ok(String::from_utf8_lossy(&tail[..end]).into_owned())
+}
+
+/// The value in a result set a policy dumped: `[{"result": VALUE}]`, or `[]` (None) when the
+/// rule is undefined.
+pub(crate) fn result_value(text: &str) -> wasmtime::Result<Option<serde_json::Value>> {
+    let results: Vec<serde_json::Value> = serde_json::from_str(text)?;
+    Ok(results
+        .into_iter()
+        .next()
+        .and_then(|mut entry| entry.get_mut("result").map(serde_json::Value::take)))
+}
+
+/// The kernel rules in `palisade/compile`'s result, or the error the policy reports.
+pub(crate) fn rules(
+    result: Option<serde_json::Value>,
+) -> wasmtime::Result<Result<Vec<types::Entry>, String>> {
+    let Some(result) = result else {
+        return Ok(Ok(Vec::new()));
+    };
+    if let Some(error) = result.get("error").and_then(serde_json::Value::as_str) {
+        return Ok(Err(error.to_owned()));
+    }
+    let rules: Vec<RegoRule> = serde_json::from_value(result)
+        .map_err(|err| wasmtime::Error::msg(format!("malformed rules: {err}")))?;
+    Ok(Ok(rules
+        .into_iter()
+        .map(RegoRule::entry)
+        .collect::<Result<_, _>>()
+        .map_err(wasmtime::Error::msg)?))
+}
+
+/// The verdict in `palisade/decide`'s result (undefined: keep the event).
+pub(crate) fn verdict(result: Option<serde_json::Value>) -> wasmtime::Result<Verdict> {
+    let verdict: RegoVerdict = match result {
+        Some(result) => serde_json::from_value(result)
+            .map_err(|err| wasmtime::Error::msg(format!("malformed verdict: {err}")))?,
+        None => RegoVerdict::default(),
+    };
+    Ok(verdict.into())
+}
+
+/// The model (JSON) in `palisade/transform`'s result for `model` (undefined: `model`
+/// unchanged), or the error the policy reports.
+pub(crate) fn transformed(
+    result: Option<serde_json::Value>,
+    model: &str,
+) -> Result<String, String> {
+    let Some(result) = result else {
+        return Ok(model.to_owned());
+    };
+    if let Some(error) = result.get("error").and_then(serde_json::Value::as_str) {
+        return Err(error.to_owned());
+    }
+    Ok(result.to_string())
 }
 
 impl OpaModule {
     /// Checks a compiled Rego policy against the ABI: its exports, no builtins, both
     /// entrypoints. `store` gives the check its limits and time budget.
-    pub fn load(module: Module, store: &mut Store<State>) -> Result<Self, String> {
+    pub(super) fn load(module: Module, store: &mut Store<State>) -> Result<Self, String> {
         let (instance, memory) = instantiate(store, &module).map_err(|err| format!("{err:#}"))?;
         let opa = Opa::new(store, &instance, memory)
             .map_err(|err| format!("not an OPA Wasm policy (ABI 1.x): {err:#}"))?;
@@ -255,7 +304,7 @@ impl OpaModule {
     }
 
     /// A fresh instance of the policy.
-    pub fn instantiate(&self, store: &mut Store<State>) -> wasmtime::Result<OpaInstance> {
+    pub(super) fn instantiate(&self, store: &mut Store<State>) -> wasmtime::Result<OpaInstance> {
         let (instance, memory) = instantiate(store, &self.module)?;
         Ok(OpaInstance {
             opa: Opa::new(store, &instance, memory)?,
@@ -282,7 +331,7 @@ impl OpaInstance {
         matches!(self.entrypoints, Entrypoints::Transform(_))
     }
 
-    pub fn compile(
+    pub(super) fn compile(
         &self,
         store: &mut Store<State>,
         config: &str,
@@ -299,22 +348,10 @@ impl OpaInstance {
         let Entrypoints::Rules { compile, .. } = self.entrypoints else {
             return Err(missing(COMPILE_ENTRYPOINT));
         };
-        let Some(result) = self.opa.eval(store, compile, &input)? else {
-            return Ok(Ok(Vec::new()));
-        };
-        if let Some(error) = result.get("error").and_then(serde_json::Value::as_str) {
-            return Ok(Err(error.to_owned()));
-        }
-        let rules: Vec<RegoRule> = serde_json::from_value(result)
-            .map_err(|err| wasmtime::Error::msg(format!("malformed rules: {err}")))?;
-        Ok(Ok(rules
-            .into_iter()
-            .map(RegoRule::entry)
-            .collect::<Result<_, _>>()
-            .map_err(wasmtime::Error::msg)?))
+        rules(self.opa.eval(store, compile, &input)?)
     }
 
-    pub fn decide(
+    pub(super) fn decide(
         &self,
         store: &mut Store<State>,
         config: &str,
@@ -327,18 +364,13 @@ impl OpaInstance {
             .iter()
             .map(|event| {
                 let input = format!("{{\"config\": {config}, \"event\": {}}}", event.json);
-                let verdict: RegoVerdict = match self.opa.eval(store, decide, &input)? {
-                    Some(result) => serde_json::from_value(result)
-                        .map_err(|err| wasmtime::Error::msg(format!("malformed verdict: {err}")))?,
-                    None => RegoVerdict::default(),
-                };
-                Ok(verdict.into())
+                verdict(self.opa.eval(store, decide, &input)?)
             })
             .collect()
     }
 
     /// The model (JSON) the policy makes of `model` (JSON): see the module's documentation.
-    pub fn transform(
+    pub(super) fn transform(
         &self,
         store: &mut Store<State>,
         config: &str,
@@ -348,13 +380,7 @@ impl OpaInstance {
             return Err(missing(TRANSFORM_ENTRYPOINT));
         };
         let input = format!("{{\"config\": {config}, \"model\": {model}}}");
-        let Some(result) = self.opa.eval(store, transform, &input)? else {
-            return Ok(Ok(model.to_owned()));
-        };
-        if let Some(error) = result.get("error").and_then(serde_json::Value::as_str) {
-            return Ok(Err(error.to_owned()));
-        }
-        Ok(Ok(result.to_string()))
+        Ok(transformed(self.opa.eval(store, transform, &input)?, model))
     }
 }
 
