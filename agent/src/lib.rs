@@ -5,6 +5,7 @@ pub mod bpf;
 pub mod cmd;
 pub mod events;
 pub mod files;
+#[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
 pub mod k8s;

@@ -2,11 +2,13 @@
 //! booted under QEMU with BPF LSM enabled (this machine's own kernel refuses LSM programs).
 //! `cargo xtask kube-test`: the Kubernetes side against a real API server.
 //! `cargo xtask image`: the agent's container image, without a container engine.
+//! `cargo xtask fuzz`: a fuzzing campaign over fuzz/'s targets.
 
 mod bench;
 mod build;
 mod chart;
 mod debian;
+mod fuzz;
 mod image;
 mod kernels;
 mod kube;
@@ -112,6 +114,19 @@ enum Command {
     /// Build the image twice (one digest), unpack it with umoci and run `palisade --version`
     /// from it in a chroot.
     ImageTest,
+    /// Fuzz each target of fuzz/ under libFuzzer (nightly, cargo-fuzz) for MINUTES, grow and
+    /// minimise its committed corpus, and add the run to benchmarks/results/fuzz.{json,md}. A
+    /// crash's input goes to fuzz/regressions, where `cargo test` replays it.
+    Fuzz {
+        #[arg(long)]
+        minutes: u64,
+        /// Only this target (repeatable); all by default.
+        #[arg(long = "target")]
+        targets: Vec<String>,
+        /// Targets fuzzed at once, one process each.
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -147,5 +162,10 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::ImageTest => image::test(),
+        Command::Fuzz {
+            minutes,
+            targets,
+            jobs,
+        } => fuzz::campaign(minutes, &targets, jobs),
     }
 }

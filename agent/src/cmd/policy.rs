@@ -235,9 +235,7 @@ pub fn test(dir: &Path, module: Option<&Path>, out: &mut impl Write) -> anyhow::
         }
     };
     let host = RuleHost::new(None)?;
-    let inspection = host.inspect(module)?;
-    inspection.runnable.map_err(anyhow::Error::msg)?;
-    let loaded = host.load(module, &inspection.digest)?;
+    let loaded = host.open(module)?;
     let fixtures_dir = if dir.join("fixtures").is_dir() {
         dir.join("fixtures")
     } else {
@@ -279,7 +277,7 @@ pub fn test(dir: &Path, module: Option<&Path>, out: &mut impl Write) -> anyhow::
         "{} passed, {failed} failed ({}, sha256 {})",
         fixtures.len() - failed,
         module.display(),
-        inspection.digest
+        loaded.digest
     )?;
     Ok(failed == 0)
 }

@@ -227,6 +227,18 @@ impl RuleHost {
         digest: String,
         artifact: Artifact,
     ) -> Result<Arc<LoadedModule>, ModuleError> {
+        let module = Arc::new(self.check(path, digest.clone(), artifact)?);
+        self.lock().insert(digest, module.clone());
+        Ok(module)
+    }
+
+    /// Checks a compiled module against the ABI: ready to be called.
+    fn check(
+        &self,
+        path: &Path,
+        digest: String,
+        artifact: Artifact,
+    ) -> Result<LoadedModule, ModuleError> {
         let abi = |reason: String| ModuleError::Abi {
             path: path.to_owned(),
             reason,
@@ -256,14 +268,12 @@ impl RuleHost {
                 }
             }
         };
-        let module = Arc::new(LoadedModule {
+        Ok(LoadedModule {
             kind,
-            digest: digest.clone(),
+            digest,
             engine: self.engine.clone(),
             epoch: self.epoch.clone(),
-        });
-        self.lock().insert(digest, module.clone());
-        Ok(module)
+        })
     }
 
     /// The module with SHA-256 `digest` (lowercase hex), if it was loaded.
@@ -422,7 +432,8 @@ impl RuleHost {
             }
         };
         let is_rego = matches!(artifact, Artifact::Rego(_));
-        let admitted = self.admit(path, digest.clone(), artifact);
+        // Checked, not kept: inspecting a file does not load it.
+        let admitted = self.check(path, digest.clone(), artifact);
         let kind = match admitted.as_ref().map(|module| &module.kind) {
             Ok(Kind::Rule(_)) => {
                 format!("a rule module (component of palisade:rule@{ABI_VERSION})")
