@@ -14,7 +14,7 @@ use tracing::error;
 use crate::{
     behavior::{ModelDir, Models},
     metrics::Metrics,
-    policy::{CompiledPolicy, Environment, Policy, PolicyError, Target},
+    policy::{self, CompiledPolicy, Environment, Policy, PolicyError, Target},
     rules::RuleHost,
     targets::{Enforce, EnforcedSet, Entry, Hierarchy, Placement},
 };
@@ -192,9 +192,7 @@ impl PolicyDir {
     }
 
     fn sync_file(&mut self, enforcer: &mut impl Enforce, file: &Path) -> Result<(), PolicyError> {
-        let text = std::fs::read_to_string(file).map_err(|err| {
-            PolicyError::new(file.display(), "(file)", format!("cannot read: {err}"))
-        })?;
+        let text = policy::read_file(file)?;
         // Unchanged, its target neither created nor recreated since, and recording its
         // target's behaviour if and only if modeling it.
         let recording = self.models.recording(&file.display().to_string());
@@ -281,6 +279,9 @@ impl PolicyDir {
 }
 
 #[cfg(test)]
+mod hostile_inputs;
+
+#[cfg(test)]
 mod tests {
     use palisade_common::{HOOK_FILE_OPEN, MODEL_OVERFLOW, ModelKey, PERM_READ};
 
@@ -335,14 +336,15 @@ mod tests {
         PolicyDir::new(base.join("policies"), cgroups, host, Arc::default(), models)
     }
 
-    struct Setup {
-        base: PathBuf,
+    /// A policy directory and a cgroup tree under a test directory, and a fake kernel.
+    pub(super) struct Setup {
+        pub(super) base: PathBuf,
         policies: PolicyDir,
         kernel: FakeKernel,
     }
 
     impl Setup {
-        fn new(name: &str) -> Self {
+        pub(super) fn new(name: &str) -> Self {
             let base = std::env::temp_dir()
                 .join(format!("palisade-agent-test-{name}-{}", std::process::id()));
             let _ = std::fs::remove_dir_all(&base);
@@ -356,7 +358,7 @@ mod tests {
             }
         }
 
-        fn write(&self, file: &str, name: &str, cgroup: &str) {
+        pub(super) fn write(&self, file: &str, name: &str, cgroup: &str) {
             self.write_mode(file, name, cgroup, "RuntimeDefault");
         }
 
@@ -385,7 +387,7 @@ mod tests {
             load_model(&self.base.join(format!("models/{policy}.yaml"))).unwrap()
         }
 
-        fn reconcile(&mut self) -> Vec<String> {
+        pub(super) fn reconcile(&mut self) -> Vec<String> {
             let errors = self.policies.reconcile(&mut self.kernel);
             // Paths differ per run: compare errors relative to the test directory.
             errors
@@ -398,7 +400,7 @@ mod tests {
             self.policies.cgroups.open(cgroup).unwrap().id
         }
 
-        fn enforced(&self, cgroup: &str) -> Option<&str> {
+        pub(super) fn enforced(&self, cgroup: &str) -> Option<&str> {
             self.kernel
                 .enforced
                 .get(&self.id(cgroup))

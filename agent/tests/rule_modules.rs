@@ -375,6 +375,41 @@ fn a_misbehaving_module_is_stopped_within_its_budget_and_the_host_goes_on() {
     assert_eq!(verdicts[1].annotations, [("json".into(), "{}".into())]);
 }
 
+/// A module that takes all the memory it may have on every call: each compile and each decide
+/// is stopped and named, and the host goes on. (A policy refused so is not enforced, and the
+/// agent keeps the version it enforced before: files/hostile_inputs.rs.)
+#[test]
+fn a_module_taking_its_whole_memory_on_every_call_is_stopped_every_time() {
+    let host = RuleHost::new(None).unwrap();
+    let spec = format!(
+        "  mode: RuntimeDefault\n{}",
+        module_spec("tests/rules/misbehaving", "hog", "{compile: memory}")
+    );
+    let file = scratch().join("policy.yaml");
+    let expected = format!(
+        "{}: spec.ruleModules[0] (hog): compiling its config: stopped (memory): it used all the \
+         memory it may have (64 MiB): forcing trap when growing memory to ",
+        file.display()
+    );
+    for _ in 0..3 {
+        let err = compile(&host, &spec).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&expected) && err.ends_with(" bytes"),
+            "{err}"
+        );
+    }
+    let (path, digest) = module("tests/rules/misbehaving");
+    let loaded = host.load(&path, &digest).unwrap();
+    // As the agent does: an instance that failed is dropped, the next batch gets a fresh one.
+    for _ in 0..3 {
+        let err = loaded
+            .decide(r#"{"decide": "memory"}"#, &[denied_read()])
+            .unwrap_err();
+        assert_eq!(err.kind(), Some(FailureKind::Memory), "{err}");
+    }
+    assert!(loaded.decide("{}", &[denied_read()]).unwrap()[0].keep);
+}
+
 #[test]
 fn a_module_is_stopped_within_its_budget_after_the_host_was_idle() {
     let host = RuleHost::new(None).unwrap();

@@ -21,7 +21,7 @@ mod table;
 pub use counters::{DecisionCost, MeasureError, ProgramRuns, RuleCounts, RuleLabels, Stats};
 pub use enforcer::{AuditRate, Enforcer, RetireError};
 pub use hooks::{HOOKS, Hook, Subject, action_name, hook_name, hook_named};
-pub use layout::{Device, PROGRAMS, inode_key};
+pub use layout::{Device, PROGRAMS, inode_key, pending_key};
 pub(crate) use layout::{MAPS, Maps};
 pub use pinned::{DEFAULT_ROOT, PinnedState, object_version, remove as remove_pinned};
 pub use preflight::{KERNEL_BTF, LoadError, LsmList, Preflight};

@@ -21,7 +21,7 @@ use super::{
         types::{Context, Entry},
     },
     opa::{OpaInstance, OpaModule, is_core_module},
-    sandbox::{COMPILE_BUDGET, DECIDE_BUDGET, Epoch, State, set_budget, store},
+    sandbox::{COMPILE_BUDGET, DECIDE_BUDGET, Epoch, MEMORY_LIMIT, State, set_budget, store},
 };
 
 /// How a call into a module failed.
@@ -79,12 +79,19 @@ pub enum ModuleError {
 
 impl ModuleError {
     fn failed(err: wasmtime::Error) -> Self {
-        let message = format!("{err:#}");
-        let kind = match err.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => FailureKind::Timeout,
-            Some(Trap::StackOverflow) => FailureKind::StackOverflow,
-            _ if message.contains("growing memory") => FailureKind::Memory,
-            _ => FailureKind::Trap,
+        // The cause alone: the wasm backtrace around it is lines of mangled names.
+        let cause = err.root_cause().to_string();
+        let (kind, message) = match err.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => (FailureKind::Timeout, "it ran past its budget".to_owned()),
+            Some(Trap::StackOverflow) => (FailureKind::StackOverflow, cause),
+            _ if cause.contains("growing memory") => (
+                FailureKind::Memory,
+                format!(
+                    "it used all the memory it may have ({} MiB): {cause}",
+                    MEMORY_LIMIT >> 20
+                ),
+            ),
+            _ => (FailureKind::Trap, cause),
         };
         ModuleError::Failed { kind, message }
     }

@@ -12,7 +12,7 @@ use std::{
 use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder};
 
 /// Memory one instance may grow to.
-const MEMORY_LIMIT: usize = 64 << 20;
+pub(super) const MEMORY_LIMIT: usize = 64 << 20;
 /// The unit of time budgets: how often the engine's epoch advances while a call runs (see
 /// `Epoch`); a call overruns its budget by less than a tick, 10% of `DECIDE_BUDGET`.
 const EPOCH_TICK: Duration = Duration::from_millis(20);

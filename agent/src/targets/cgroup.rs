@@ -18,6 +18,10 @@ pub enum CgroupError {
     Missing(PathBuf),
     #[error("{0} is not inside the cgroup2 mount {1}")]
     Outside(PathBuf, PathBuf),
+    #[error(
+        "cgroup {0} does not exist, and only a cgroup whose name has 1 to 127 bytes can be armed before it exists"
+    )]
+    Unarmable(PathBuf),
     #[error("cgroup {0} is deeper than level {1}, the deepest a target may be")]
     TooDeep(PathBuf, u32),
     #[error("{action} {path}: {source}")]

@@ -9,7 +9,7 @@ use aya::maps::MapError;
 
 use super::{Cgroup, Enforce, StageError};
 use crate::{
-    bpf::{EnforceError, Records},
+    bpf::{EnforceError, MapSizes, Records},
     policy::CompiledPolicy,
 };
 
@@ -26,11 +26,28 @@ pub struct FakeKernel {
     models_opened: u32,
 }
 
-impl Enforce for FakeKernel {
-    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), EnforceError> {
+impl FakeKernel {
+    /// Fails as the kernel would: when told to, and for a policy with more path entries than
+    /// the agent's default `path_prefixes` map holds.
+    fn refuse(&self, policy: &CompiledPolicy) -> Result<(), EnforceError> {
         if self.fail {
             return Err(MapError::KeyNotFound.into());
         }
+        let entries = MapSizes::default().path_entries;
+        if policy.entries().prefixes.len() > entries as usize {
+            return Err(EnforceError::Full {
+                map: "path_prefixes",
+                entries,
+                option: "--max-path-entries",
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Enforce for FakeKernel {
+    fn apply(&mut self, target: &Cgroup, policy: Arc<CompiledPolicy>) -> Result<(), EnforceError> {
+        self.refuse(&policy)?;
         self.enforced.insert(target.id, policy);
         Ok(())
     }
@@ -45,6 +62,7 @@ impl Enforce for FakeKernel {
         name: &str,
         policy: Arc<CompiledPolicy>,
     ) -> Result<(), StageError> {
+        self.refuse(&policy)?;
         self.staged.insert((parent.id, name.to_owned()), policy);
         Ok(())
     }

@@ -6,7 +6,7 @@ use aya::maps::MapError;
 
 use super::{Cgroup, CgroupError, Hierarchy};
 use crate::{
-    bpf::{EnforceError, Records},
+    bpf::{EnforceError, Records, pending_key},
     policy::CompiledPolicy,
 };
 
@@ -69,11 +69,12 @@ impl Placement {
                 let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
                     return Err(missing);
                 };
+                let name = name.to_string_lossy().into_owned();
                 match cgroups.open(&parent.to_string_lossy()) {
-                    Ok(parent) => Ok(Placement::Staged {
-                        parent,
-                        name: name.to_string_lossy().into_owned(),
-                    }),
+                    Ok(parent) if pending_key(parent.id, &name).is_none() => {
+                        Err(CgroupError::Unarmable(parent.path.join(name)))
+                    }
+                    Ok(parent) => Ok(Placement::Staged { parent, name }),
                     Err(_) => Err(missing),
                 }
             }

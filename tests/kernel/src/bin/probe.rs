@@ -17,6 +17,8 @@
 //! probe read-unlinked PATH       (an O_PATH descriptor, PATH unlinked, then reopened through
 //!                                /proc/self/fd: d_path says "PATH (deleted)")
 //! probe read-openat2 PATH        (openat2)
+//! probe read-within DIR... FILE  (changes into each DIR in turn, then reads FILE: a file whose
+//!                                path is longer than PATH_MAX)
 //! probe read-io-uring PATH       (IORING_OP_OPENAT, run by an io-wq worker thread)
 //! probe dump-core                (raises its core size limit and aborts: the kernel writes a core)
 //! probe acct PATH                (process accounting to PATH: the kernel opens it to append)
@@ -1094,6 +1096,11 @@ fn main() -> ExitCode {
         ["read-reopen", path] => report(read_reopen(path, false)),
         ["read-unlinked", path] => report(read_reopen(path, true)),
         ["read-openat2", path] => report(read_openat2(path)),
+        ["read-within", dirs @ .., file] if !dirs.is_empty() => report(
+            dirs.iter()
+                .try_for_each(std::env::set_current_dir)
+                .and_then(|()| open("read", file)),
+        ),
         ["read-io-uring", path] => report(read_io_uring(path)),
         ["dump-core"] => {
             let unlimited = libc::rlimit {

@@ -10,7 +10,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use palisade_kernel_tests::{EPERM, Kernel, Prober, binary, deny_read, file, policy, probe, sh};
+use palisade_kernel_tests::{
+    Answer, EPERM, Kernel, Prober, binary, deny_read, file, policy, probe, sh,
+};
 
 use super::{Agent, cleanup_agent, fresh_dir, wait_until, write_policy};
 
@@ -662,6 +664,64 @@ fn a_full_then_read_only_event_file_system_stops_no_denial_and_writing_resumes()
     assert!(stopped, "{log}");
     cleanup_agent(bpffs);
     sh(&format!("umount {mount}"));
+}
+
+/// Makes `depth` directories `name` one inside the other in `root`, and the file `file` in the
+/// deepest, each relative to its parent's descriptor: the only way to a path over PATH_MAX.
+fn deep_tree(root: &str, name: &str, depth: usize, file: &str) {
+    use std::{
+        ffi::CString,
+        os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    };
+    let (name, file) = (CString::new(name).unwrap(), CString::new(file).unwrap());
+    let mut dir = OwnedFd::from(std::fs::File::open(root).unwrap());
+    for _ in 0..depth {
+        // SAFETY: system calls on a descriptor owned here, with NUL-terminated names.
+        let next = unsafe {
+            libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755);
+            libc::openat(dir.as_raw_fd(), name.as_ptr(), libc::O_DIRECTORY)
+        };
+        assert!(next >= 0, "{}", std::io::Error::last_os_error());
+        // SAFETY: a descriptor just opened, owned by nothing else.
+        dir = unsafe { OwnedFd::from_raw_fd(next) };
+    }
+    // SAFETY: as above.
+    let created = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            file.as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY,
+            0o644,
+        )
+    };
+    assert!(created >= 0, "{}", std::io::Error::last_os_error());
+    // SAFETY: as above.
+    drop(unsafe { OwnedFd::from_raw_fd(created) });
+}
+
+#[test]
+fn a_path_longer_than_path_max_is_allowed_undecided_and_counted() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "deep");
+    let near = file("/tmp/deep/near/secret");
+    kernel.apply(&target, policy("deep", &deny_read("/tmp/deep/**/secret")));
+    assert_eq!(probe(Some(&target), &["read", near]), EPERM);
+    // /tmp/deep/D/.../D/secret: 20 components of 250 bytes, over PATH_MAX (4096 bytes).
+    let component = "d".repeat(250);
+    deep_tree("/tmp/deep", &component, 20, "secret");
+    let mut args = vec!["read-within", "/tmp/deep"];
+    args.extend([component.as_str(); 20]);
+    args.push("secret");
+    let before = kernel.enforcer().stats().unwrap();
+    assert_eq!(probe(Some(&target), &args), Answer::Ok);
+    let after = kernel.enforcer().stats().unwrap();
+    assert!(after.undecided > before.undecided, "{before:?} {after:?}");
+    // Outside the target, where nothing is decided, nothing is counted.
+    assert_eq!(probe(None, &args), Answer::Ok);
+    assert_eq!(
+        kernel.enforcer().stats().unwrap().undecided,
+        after.undecided
+    );
 }
 
 #[test]
