@@ -1,6 +1,7 @@
 //! Palisade: a runtime-security agent that enforces policy in the kernel with BPF LSM.
 
 pub mod behavior;
+pub mod bounded;
 pub mod bpf;
 pub mod cmd;
 pub mod events;

@@ -400,7 +400,7 @@ fn a_module_taking_its_whole_memory_on_every_call_is_stopped_every_time() {
     }
     let (path, digest) = module("tests/rules/misbehaving");
     let loaded = host.load(&path, &digest).unwrap();
-    // As the agent does: an instance that failed is dropped, the next batch gets a fresh one.
+    // Each call on a fresh instance, as the agent's next batch gets after an instance failed.
     for _ in 0..3 {
         let err = loaded
             .decide(r#"{"decide": "memory"}"#, &[denied_read()])

@@ -375,7 +375,7 @@ mod tests {
             node: "node-1".to_owned(),
             module: "egress".to_owned(),
             failure: "timeout",
-            message: "wasm trap: interrupt".to_owned(),
+            message: "it ran past its budget".to_owned(),
             events: 12,
             on_failure: "keep",
         });
@@ -383,7 +383,7 @@ mod tests {
         assert_eq!(output["rule"], "palisade-rule-module-failure");
         assert_eq!(
             output["output"],
-            "Error rule module egress failed (timeout) on 12 events (onFailure keep): wasm trap: interrupt"
+            "Error rule module egress failed (timeout) on 12 events (onFailure keep): it ran past its budget"
         );
         assert_eq!(output["output_fields"]["palisade.module"], "egress");
     }

@@ -42,26 +42,52 @@ fn denying(paths: &str) -> String {
 
 #[test]
 fn a_policy_over_the_size_limit() {
-    let mut text = denying("/etc/shadow");
-    text.push_str(&"#".repeat(MAX_FILE_BYTES as usize - text.len()));
+    // A file of exactly the limit is enforced...
+    let mut text = denying("/etc/shadow").replace("name: v2", "name: v1");
+    text.push_str(&"#".repeat(MAX_FILE_BYTES as usize - 1 - text.len()));
     text.push('\n');
+    assert_eq!(text.len() as u64, MAX_FILE_BYTES);
+    let mut setup = Setup::new("size");
+    let file = setup.base.join("policies/app.yaml");
+    std::fs::write(&file, &text).unwrap();
+    assert!(setup.reconcile().is_empty());
+    // ...and one byte more is not.
+    text.push('\n');
+    std::fs::write(&file, &text).unwrap();
     assert_eq!(
-        refused("size", text.as_bytes()),
+        refused_in(&mut setup),
         "/policies/app.yaml: (file): larger than 1048576 bytes, a policy file's limit"
     );
 }
 
 #[test]
-fn a_policy_file_of_100_mb_is_refused_unread() {
+fn a_policy_file_of_100_mb() {
     let mut setup = Setup::new("huge");
     setup.write("app.yaml", "v1", "app");
     assert!(setup.reconcile().is_empty());
-    // Sparse: its size says enough.
+    // Sparse: refused by its size, before a byte of it is read.
     let file = std::fs::File::create(setup.base.join("policies/app.yaml")).unwrap();
     file.set_len(100 << 20).unwrap();
     assert_eq!(
         refused_in(&mut setup),
         "/policies/app.yaml: (file): larger than 1048576 bytes, a policy file's limit"
+    );
+}
+
+#[test]
+fn a_fifo_named_like_a_policy_file() {
+    let mut setup = Setup::new("fifo");
+    setup.write("app.yaml", "v1", "app");
+    assert!(setup.reconcile().is_empty());
+    // Opening it to read would wait for a writer for ever.
+    let fifo = setup.base.join("policies/app.yaml");
+    std::fs::remove_file(&fifo).unwrap();
+    let path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    assert_eq!(
+        refused_in(&mut setup),
+        "/policies/app.yaml: (file): cannot read: not a regular file"
     );
 }
 
@@ -151,10 +177,10 @@ fn patterns_that_would_backtrack() {
 #[test]
 fn invalid_utf8() {
     let mut text = denying("/etc/shadow").into_bytes();
-    text.splice(0..0, *b"# caf\xe9\n");
+    text.splice(0..0, *b"# one\n# two\n# caf\xe9\n");
     assert_eq!(
         refused("utf8", &text),
-        "/policies/app.yaml: (file): not UTF-8: line 1 holds bytes that are no character (from byte 5)"
+        "/policies/app.yaml: (file): not UTF-8: line 3 holds bytes that are no character, at byte offset 17"
     );
 }
 
@@ -234,4 +260,20 @@ fn a_module_importing_a_host_function_the_agent_does_not_declare() {
             "{error}"
         );
     }
+}
+
+#[test]
+fn a_rule_module_of_100_mb() {
+    let mut setup = Setup::new("huge-module");
+    setup.write("app.yaml", "v1", "app");
+    assert!(setup.reconcile().is_empty());
+    let text = with_module(&setup, "huge.wasm", b"");
+    // Sparse: refused by its size, before a byte of it is read.
+    let module = std::fs::File::create(setup.base.join("policies/huge.wasm")).unwrap();
+    module.set_len(100 << 20).unwrap();
+    std::fs::write(setup.base.join("policies/app.yaml"), text).unwrap();
+    assert_eq!(
+        refused_in(&mut setup),
+        "/policies/app.yaml: spec.ruleModules[0] (m): reading /policies/huge.wasm: larger than 33554432 bytes, its limit"
+    );
 }

@@ -1,7 +1,7 @@
 //! The policy file format (`palisade.dev/v1alpha1`, kind `PalisadePolicy`) and its parsing. The
 //! spec is the custom resources' (crate palisade-crds): one model for files and Kubernetes.
 
-use std::{io::Read, path::Path};
+use std::{io::ErrorKind, path::Path};
 
 use palisade_crds::{API_VERSION, PolicySpec};
 use serde::{Deserialize, Serialize};
@@ -79,31 +79,21 @@ pub const MAX_FILE_BYTES: u64 = 1 << 20;
 /// The text of the policy file `file`: refused unread over `MAX_FILE_BYTES`, and when not UTF-8.
 pub fn read_file(file: &Path) -> Result<String, PolicyError> {
     let error = |reason: String| PolicyError::new(file.display(), "(file)", reason);
-    let cannot_read = |err: std::io::Error| error(format!("cannot read: {err}"));
-    let too_large = || {
-        error(format!(
+    let bytes = crate::bounded::read(file, MAX_FILE_BYTES).map_err(|err| match err.kind() {
+        ErrorKind::FileTooLarge => error(format!(
             "larger than {MAX_FILE_BYTES} bytes, a policy file's limit"
-        ))
-    };
-    let opened = std::fs::File::open(file).map_err(cannot_read)?;
-    if opened.metadata().map_err(cannot_read)?.len() > MAX_FILE_BYTES {
-        return Err(too_large());
-    }
-    // Read one byte more than allowed: the file may have grown since.
-    let mut bytes = Vec::new();
-    opened
-        .take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(cannot_read)?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(too_large());
-    }
+        )),
+        _ => error(format!("cannot read: {err}")),
+    })?;
     String::from_utf8(bytes).map_err(|err| {
-        let valid = &err.as_bytes()[..err.utf8_error().valid_up_to()];
-        let line = valid.iter().filter(|byte| **byte == b'\n').count() + 1;
+        let offset = err.utf8_error().valid_up_to();
+        let line = err.as_bytes()[..offset]
+            .iter()
+            .filter(|byte| **byte == b'\n')
+            .count()
+            + 1;
         error(format!(
-            "not UTF-8: line {line} holds bytes that are no character (from byte {})",
-            valid.len()
+            "not UTF-8: line {line} holds bytes that are no character, at byte offset {offset}"
         ))
     })
 }

@@ -140,12 +140,16 @@ enum Kind {
     Rego(OpaModule),
 }
 
+/// The largest module file: many times what a rule module or a Rego policy needs.
+const MAX_MODULE_BYTES: u64 = 32 << 20;
+
 /// The module file's bytes and their SHA-256 digest.
 fn read(path: &Path) -> Result<(Vec<u8>, String), ModuleError> {
-    let bytes = std::fs::read(path).map_err(|error| ModuleError::Read {
-        path: path.to_owned(),
-        error,
-    })?;
+    let bytes =
+        crate::bounded::read(path, MAX_MODULE_BYTES).map_err(|error| ModuleError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
     let digest = hex_digest(&bytes);
     Ok((bytes, digest))
 }

@@ -28,7 +28,8 @@ pub struct FakeKernel {
 
 impl FakeKernel {
     /// Fails as the kernel would: when told to, and for a policy with more path entries than
-    /// the agent's default `path_prefixes` map holds.
+    /// the agent's default `path_prefixes` map holds (the kernel's map also counts the other
+    /// policies' entries, and those of versions not retired yet).
     fn refuse(&self, policy: &CompiledPolicy) -> Result<(), EnforceError> {
         if self.fail {
             return Err(MapError::KeyNotFound.into());

@@ -677,9 +677,15 @@ fn deep_tree(root: &str, name: &str, depth: usize, file: &str) {
     let mut dir = OwnedFd::from(std::fs::File::open(root).unwrap());
     for _ in 0..depth {
         // SAFETY: system calls on a descriptor owned here, with NUL-terminated names.
+        let made = unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) };
+        assert_eq!(made, 0, "{}", std::io::Error::last_os_error());
+        // SAFETY: as above.
         let next = unsafe {
-            libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755);
-            libc::openat(dir.as_raw_fd(), name.as_ptr(), libc::O_DIRECTORY)
+            libc::openat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
         };
         assert!(next >= 0, "{}", std::io::Error::last_os_error());
         // SAFETY: a descriptor just opened, owned by nothing else.
@@ -690,7 +696,7 @@ fn deep_tree(root: &str, name: &str, depth: usize, file: &str) {
         libc::openat(
             dir.as_raw_fd(),
             file.as_ptr(),
-            libc::O_CREAT | libc::O_WRONLY,
+            libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
             0o644,
         )
     };
