@@ -106,12 +106,18 @@ fn now() -> anyhow::Result<String> {
     )
 }
 
+/// The commit fuzzed, "-dirty" when files other than what campaigns write had changes.
 fn commit() -> anyhow::Result<String> {
     let head = run(Command::new("git")
         .args(["rev-parse", "--short", "HEAD"])
         .current_dir(workspace()))?;
     let dirty = !run(Command::new("git")
-        .args(["status", "--porcelain", "--untracked-files=no"])
+        .args(["status", "--porcelain", "--untracked-files=no", "--", "."])
+        .args([
+            ":!fuzz/corpus",
+            ":!fuzz/regressions",
+            ":!benchmarks/results",
+        ])
         .current_dir(workspace()))?
     .trim()
     .is_empty();
@@ -446,7 +452,8 @@ fn report(ledger: &Ledger) -> String {
          one libFuzzer process with AddressSanitizer, `-rss_limit_mb={RSS_LIMIT_MB}` and \
          `-timeout={INPUT_TIMEOUT_S}` per input, from the committed corpus, which is minimised \
          afterwards with what the run found. The goal: at least 10 million executions per \
-         target over all runs. A commit marked -dirty had uncommitted changes.\n\n\
+         target over all runs. A commit marked -dirty had uncommitted changes (until 2026-11-29 \
+         these included the corpora and results of the campaign's earlier runs).\n\n\
          | Target | Executions, all runs | Runs | Fuzzing time | Last run | Its rate | Edges | \
          Features | Corpus | Peak RSS |\n|---|---|---|---|---|---|---|---|---|---|\n"
     );
