@@ -4,16 +4,23 @@
 use super::tests::Setup;
 use crate::policy::MAX_FILE_BYTES;
 
-/// Writes `bytes` over app.yaml once its first version (policy "v1" on the cgroup "app") is
-/// enforced: the one error reported, after checking that v1 stays enforced.
-fn refused(test: &str, bytes: &[u8]) -> String {
+/// A test directory whose app.yaml, policy "v1" on the cgroup "app", is enforced.
+fn enforcing_v1(test: &str) -> Setup {
     let mut setup = Setup::new(test);
     setup.write("app.yaml", "v1", "app");
     assert!(setup.reconcile().is_empty());
+    setup
+}
+
+/// Writes `bytes` over app.yaml once v1 is enforced: the one error reported, after checking
+/// that v1 stays enforced.
+fn refused(test: &str, bytes: &[u8]) -> String {
+    let mut setup = enforcing_v1(test);
     std::fs::write(setup.base.join("policies/app.yaml"), bytes).unwrap();
     refused_in(&mut setup)
 }
 
+/// The one error of the next reconcile of `setup`, after checking that v1 stays enforced.
 fn refused_in(setup: &mut Setup) -> String {
     let errors = setup.reconcile();
     assert_eq!(setup.enforced("app"), Some("v1"), "{errors:?}");
@@ -62,9 +69,7 @@ fn a_policy_over_the_size_limit() {
 
 #[test]
 fn a_policy_file_of_100_mb() {
-    let mut setup = Setup::new("huge");
-    setup.write("app.yaml", "v1", "app");
-    assert!(setup.reconcile().is_empty());
+    let mut setup = enforcing_v1("huge");
     // Sparse: refused by its size, before a byte of it is read.
     let file = std::fs::File::create(setup.base.join("policies/app.yaml")).unwrap();
     file.set_len(100 << 20).unwrap();
@@ -76,9 +81,7 @@ fn a_policy_file_of_100_mb() {
 
 #[test]
 fn a_fifo_named_like_a_policy_file() {
-    let mut setup = Setup::new("fifo");
-    setup.write("app.yaml", "v1", "app");
-    assert!(setup.reconcile().is_empty());
+    let mut setup = enforcing_v1("fifo");
     // Opening it to read would wait for a writer for ever.
     let fifo = setup.base.join("policies/app.yaml");
     std::fs::remove_file(&fifo).unwrap();
@@ -211,9 +214,7 @@ fn a_cgroup_name_over_127_bytes() {
     let text = format!(
         "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: v2\nspec:\n  target:\n    cgroupPath: app/{name}\n  mode: RuntimeDefault\n"
     );
-    let mut setup = Setup::new("cgroup-name");
-    setup.write("app.yaml", "v1", "app");
-    assert!(setup.reconcile().is_empty());
+    let mut setup = enforcing_v1("cgroup-name");
     std::fs::write(setup.base.join("policies/app.yaml"), text).unwrap();
     assert_eq!(
         refused_in(&mut setup),
@@ -247,9 +248,7 @@ fn a_module_importing_a_host_function_the_agent_does_not_declare() {
         ),
         ("component.wasm", &component[..], "run-command"),
     ] {
-        let mut setup = Setup::new(file);
-        setup.write("app.yaml", "v1", "app");
-        assert!(setup.reconcile().is_empty());
+        let mut setup = enforcing_v1(file);
         let text = with_module(&setup, file, bytes);
         std::fs::write(setup.base.join("policies/app.yaml"), text).unwrap();
         let error = refused_in(&mut setup);
@@ -264,9 +263,7 @@ fn a_module_importing_a_host_function_the_agent_does_not_declare() {
 
 #[test]
 fn a_rule_module_of_100_mb() {
-    let mut setup = Setup::new("huge-module");
-    setup.write("app.yaml", "v1", "app");
-    assert!(setup.reconcile().is_empty());
+    let mut setup = enforcing_v1("huge-module");
     let text = with_module(&setup, "huge.wasm", b"");
     // Sparse: refused by its size, before a byte of it is read.
     let module = std::fs::File::create(setup.base.join("policies/huge.wasm")).unwrap();

@@ -5,7 +5,7 @@ use std::{
     sync::Arc,
 };
 
-use aya::maps::MapError;
+use aya::{maps::MapError, sys::SyscallError};
 
 use super::{Cgroup, Enforce, StageError};
 use crate::{
@@ -34,13 +34,14 @@ impl FakeKernel {
         if self.fail {
             return Err(MapError::KeyNotFound.into());
         }
-        let entries = MapSizes::default().path_entries;
-        if policy.entries().prefixes.len() > entries as usize {
-            return Err(EnforceError::Full {
-                map: "path_prefixes",
-                entries,
-                option: "--max-path-entries",
-            });
+        let sizes = MapSizes::default();
+        if policy.entries().prefixes.len() > sizes.path_entries as usize {
+            // What a trie with no room left answers.
+            let no_room = SyscallError {
+                call: "bpf_map_update_elem",
+                io_error: std::io::Error::from_raw_os_error(libc::ENOSPC),
+            };
+            return Err(sizes.full_or("path_prefixes", no_room.into()));
         }
         Ok(())
     }
