@@ -7,6 +7,10 @@ use serde::{Deserialize, Serialize};
 pub const STATES: &[(&str, &str)] = &[
     ("S0", "no programs"),
     ("floor", "an empty program on each of the agent's hooks"),
+    (
+        "d_path",
+        "the floor, file_open resolving each opened file's path: the least a decision by path costs",
+    ),
     ("S1", "agent attached, no target"),
     ("S2", "target in AlwaysAllow"),
     ("S3", "target in RuntimeDefault"),

@@ -15,6 +15,9 @@ use super::system::now_ns;
 
 /// Where the files the benchmarks open live (tmpfs in the VM).
 pub const DATA: &str = "/tmp/bench/data";
+/// The tree of files `open_many` opens in turn.
+const MANY: &str = "/tmp/bench/data/many";
+const MANY_FILES: u64 = 10_000;
 /// The file `open_denied` opens: refused in state S5 only.
 pub const DENIED: &str = "/tmp/bench/denied/file";
 /// The program `exec` runs: static, so that exec is the kernel's work and not the loader's.
@@ -38,6 +41,11 @@ pub const BENCHES: &[(&str, u64, &str)] = &[
     ),
     ("file_copy", 20, "copy a 256 KiB file in 4 KiB blocks"),
     ("open_denied", 20000, "open and close the file S5 denies"),
+    (
+        "open_many",
+        20000,
+        "open and close the next of 10,000 files, 6 directories deep (no two opens in a row of the same path)",
+    ),
 ];
 
 /// Creates the files the benchmarks use.
@@ -47,7 +55,25 @@ pub fn prepare() -> anyhow::Result<()> {
     std::fs::write(format!("{DATA}/source"), vec![7u8; COPY_SIZE])?;
     std::fs::create_dir_all("/tmp/bench/denied")?;
     std::fs::write(DENIED, "content\n")?;
+    for index in 0..MANY_FILES {
+        let file = many_file(index);
+        std::fs::create_dir_all(file.rsplit_once('/').expect("a directory").0)?;
+        std::fs::write(file, "content\n")?;
+    }
     Ok(())
+}
+
+/// The `index`th file of `open_many`'s tree: its first three digits name three levels of
+/// directories, three more levels below them, ten files in each leaf.
+fn many_file(index: u64) -> String {
+    let digit = |place: u64| index / place % 10;
+    format!(
+        "{MANY}/{}/{}/{}/d/e/f/file-{}",
+        digit(1000),
+        digit(100),
+        digit(10),
+        digit(1)
+    )
 }
 
 fn check(result: libc::c_int, what: &str) -> anyhow::Result<libc::c_int> {
@@ -128,7 +154,7 @@ pub fn run(bench: &str, ops: u64, denied: bool) -> anyhow::Result<f64> {
     let mut total = 0.0;
     for phase in 0..PHASES {
         let _idle = IdleProcesses::start(phase)?;
-        total += run_phase(bench, ops_per_phase, denied)?;
+        total += run_phase(bench, phase * ops_per_phase, ops_per_phase, denied)?;
     }
     Ok(total / PHASES as f64)
 }
@@ -167,8 +193,8 @@ impl Drop for IdleProcesses {
     }
 }
 
-/// Runs `bench` `ops` times; returns the guest nanoseconds per operation.
-fn run_phase(bench: &str, ops: u64, denied: bool) -> anyhow::Result<f64> {
+/// Runs operations `first..first + ops` of `bench`; returns the guest nanoseconds per operation.
+fn run_phase(bench: &str, first: u64, ops: u64, denied: bool) -> anyhow::Result<f64> {
     let file = c_path(&format!("{DATA}/file"));
     let started;
     match bench {
@@ -201,9 +227,17 @@ fn run_phase(bench: &str, ops: u64, denied: bool) -> anyhow::Result<f64> {
                 wait_child(pid)?;
             }
         }
-        "open_close" => {
+        "open_close" | "open_many" => {
+            let files: Vec<CString> = if bench == "open_close" {
+                vec![file]
+            } else {
+                (0..MANY_FILES)
+                    .map(|index| c_path(&many_file(index)))
+                    .collect()
+            };
             started = now_ns();
-            for _ in 0..ops {
+            for op in first..first + ops {
+                let file = &files[op as usize % files.len()];
                 // SAFETY: a valid path; the descriptor is closed at once.
                 let fd = check(unsafe { libc::open(file.as_ptr(), libc::O_RDONLY) }, "open")?;
                 unsafe { libc::close(fd) };

@@ -167,8 +167,8 @@ fn visit(
             settle()?;
             measure()
         }
-        "floor" => {
-            let _floor = Floor::attach()?;
+        "floor" | "d_path" => {
+            let _floor = Floor::attach(state == "d_path")?;
             settle()?;
             measure()
         }

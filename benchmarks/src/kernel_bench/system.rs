@@ -409,16 +409,25 @@ pub struct Floor {
 
 static FLOOR: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/floor.bpf.o"));
 
+/// The floor program that resolves the opened file's path, for the "d_path" state.
+const FILE_OPEN_PATH: &str = "file_open_path";
+
 impl Floor {
-    pub fn attach() -> anyhow::Result<Self> {
+    /// An empty program on each of the agent's hooks; with `resolving_paths`, the one on
+    /// `file_open` resolves the opened file's path.
+    pub fn attach(resolving_paths: bool) -> anyhow::Result<Self> {
         let btf = aya::Btf::from_sys_fs()?;
         let mut ebpf = aya::Ebpf::load(FLOOR)?;
-        for name in palisade_agent::bpf::PROGRAMS {
+        for hook in palisade_agent::bpf::PROGRAMS {
+            let name = match *hook {
+                "file_open" if resolving_paths => FILE_OPEN_PATH,
+                hook => hook,
+            };
             let program: &mut aya::programs::Lsm = ebpf
                 .program_mut(name)
                 .context("a floor program")?
                 .try_into()?;
-            program.load(name, &btf)?;
+            program.load(hook, &btf)?;
             program.attach()?;
         }
         Ok(Self { _programs: ebpf })
@@ -447,7 +456,12 @@ mod tests {
     #[test]
     fn the_floor_has_a_program_on_each_of_the_agents_hooks() {
         let floor = aya_obj::Object::parse(super::FLOOR).expect("the floor object parses");
-        let mut names: Vec<&str> = floor.programs.keys().map(String::as_str).collect();
+        let mut names: Vec<&str> = floor
+            .programs
+            .keys()
+            .map(String::as_str)
+            .filter(|name| *name != super::FILE_OPEN_PATH)
+            .collect();
         names.sort_unstable();
         let mut agent = palisade_agent::bpf::PROGRAMS.to_vec();
         agent.sort_unstable();
