@@ -23,6 +23,8 @@ mod modes;
 mod observability;
 #[path = "enforcement/open_routes.rs"]
 mod open_routes;
+#[path = "enforcement/path_names.rs"]
+mod path_names;
 #[path = "enforcement/persistence.rs"]
 mod persistence;
 #[path = "enforcement/rule_modules.rs"]

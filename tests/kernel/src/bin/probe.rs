@@ -19,6 +19,9 @@
 //! probe read-openat2 PATH        (openat2)
 //! probe read-within DIR... FILE  (changes into each DIR in turn, then reads FILE: a file whose
 //!                                path is longer than PATH_MAX)
+//! probe read-in-mount-ns SOURCE TARGET PATH (in a private mount namespace of its own, with
+//!                                SOURCE bind-mounted on TARGET, reads PATH; prints
+//!                                `setup errno N` when the namespace or the mount fails)
 //! probe read-io-uring PATH       (IORING_OP_OPENAT, run by an io-wq worker thread)
 //! probe dump-core                (raises its core size limit and aborts: the kernel writes a core)
 //! probe acct PATH                (process accounting to PATH: the kernel opens it to append)
@@ -962,6 +965,41 @@ fn mount(fs_type: &str, source: &str, target: &str) -> io::Result<()> {
     check(result.into()).map(drop)
 }
 
+/// A mount namespace of its own, private (the host never sees its mounts), in which `source` is
+/// bind-mounted on `target`.
+fn bind_in_own_namespace(source: &str, target: &str) -> io::Result<()> {
+    unshare(libc::CLONE_NEWNS)?;
+    let (root, source, target) = (c_string("/"), c_string(source), c_string(target));
+    let none = std::ptr::null();
+    // SAFETY: NUL-terminated strings or null where mount(2) allows it, no data.
+    check(
+        unsafe {
+            libc::mount(
+                none,
+                root.as_ptr(),
+                none,
+                libc::MS_REC | libc::MS_PRIVATE,
+                none.cast(),
+            )
+        }
+        .into(),
+    )?;
+    // SAFETY: as above.
+    check(
+        unsafe {
+            libc::mount(
+                source.as_ptr(),
+                target.as_ptr(),
+                none,
+                libc::MS_BIND,
+                none.cast(),
+            )
+        }
+        .into(),
+    )
+    .map(drop)
+}
+
 fn unshare(flags: libc::c_int) -> io::Result<()> {
     // SAFETY: unshare has no memory preconditions.
     check(unsafe { libc::unshare(flags) }.into()).map(drop)
@@ -1101,6 +1139,13 @@ fn main() -> ExitCode {
                 .try_for_each(std::env::set_current_dir)
                 .and_then(|()| open("read", file)),
         ),
+        ["read-in-mount-ns", source, target, path] => match bind_in_own_namespace(source, target) {
+            Ok(()) => report(open("read", path)),
+            Err(err) => {
+                println!("setup errno {}", err.raw_os_error().unwrap_or(-1));
+                ExitCode::FAILURE
+            }
+        },
         ["read-io-uring", path] => report(read_io_uring(path)),
         ["dump-core"] => {
             let unlimited = libc::rlimit {

@@ -1,0 +1,133 @@
+//! A path rule is decided by the name the opener's kernel resolves at the moment of the open:
+//! after a rename of an ancestor directory, through a second mount of the same directory, in
+//! another mount namespace, and on the first open after a policy update. Each test opens the same
+//! file under one answer first, then checks the other: a verdict remembered per file (issue 29's
+//! cache) that missed a change of name, mount or policy fails it.
+
+use palisade_agent::targets::Cgroup;
+use palisade_kernel_tests::{Answer, EPERM, Kernel, deny_read, file, policy, probe, sh};
+
+/// A fresh target `name` whose policy denies reading anything under the directory `denied`.
+fn denying_under(kernel: &mut Kernel, name: &str, denied: &str) -> Cgroup {
+    let target = kernel.cgroup(None, name);
+    kernel.apply(&target, policy(name, &deny_read(&format!("{denied}/"))));
+    target
+}
+
+/// Reads `path` in `target`: the kernel's answer, and the paths of the denials reported.
+fn read(kernel: &mut Kernel, target: &Cgroup, path: &str) -> (Answer, Vec<String>) {
+    kernel.events();
+    let answer = probe(Some(target), &["read", path]);
+    let reported = kernel
+        .events()
+        .into_iter()
+        .map(|event| event.path)
+        .collect();
+    (answer, reported)
+}
+
+#[test]
+fn a_file_whose_ancestor_is_renamed_into_a_denied_directory_is_denied_at_once() {
+    let mut kernel = Kernel::new();
+    sh("rm -rf /tmp/renamed && mkdir -p /tmp/renamed");
+    let target = denying_under(&mut kernel, "renamed", "/tmp/renamed/secret");
+    let before = file("/tmp/renamed/public/deep/file");
+    let after = "/tmp/renamed/secret/deep/file";
+    assert_eq!(read(&mut kernel, &target, before), (Answer::Ok, vec![]));
+    sh("mv /tmp/renamed/public /tmp/renamed/secret");
+    assert_eq!(
+        read(&mut kernel, &target, after),
+        (EPERM, vec![after.to_owned()]),
+        "the file read a moment before, under its new name"
+    );
+    assert_eq!(probe(None, &["read", after]), Answer::Ok);
+    sh("mv /tmp/renamed/secret /tmp/renamed/public");
+    assert_eq!(
+        read(&mut kernel, &target, before),
+        (Answer::Ok, vec![]),
+        "renamed back"
+    );
+}
+
+/// A bind mount, unmounted when dropped (also when the test fails).
+struct BindMount(&'static str);
+
+impl BindMount {
+    fn new(source: &str, target: &'static str) -> Self {
+        sh(&format!(
+            "mkdir -p {target} && mount -o bind {source} {target}"
+        ));
+        Self(target)
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(self.0).status();
+    }
+}
+
+#[test]
+fn a_second_mount_of_a_denied_directory_leaves_its_own_name_denied() {
+    let mut kernel = Kernel::new();
+    let target = denying_under(&mut kernel, "second-mount", "/tmp/second-mount/secret");
+    let denied = file("/tmp/second-mount/secret/file");
+    let _alias = BindMount::new("/tmp/second-mount/secret", "/tmp/second-mount/alias");
+    // Whatever the other name answers (its own path's verdict today; the rule's, once rules
+    // that name files hold for every name of the inode), it does not answer for this one.
+    probe(Some(&target), &["read", "/tmp/second-mount/alias/file"]);
+    assert_eq!(
+        read(&mut kernel, &target, denied),
+        (EPERM, vec![denied.to_owned()])
+    );
+}
+
+#[test]
+fn the_same_file_in_two_mount_namespaces_is_decided_by_each_ones_path() {
+    let mut kernel = Kernel::new();
+    let target = denying_under(&mut kernel, "two-views", "/tmp/two-views/secret");
+    let public = file("/tmp/two-views/public/file");
+    std::fs::create_dir_all("/tmp/two-views/secret").unwrap();
+    // The same file as /tmp/two-views/secret/file in a namespace of the target's own.
+    let in_own_namespace = [
+        "read-in-mount-ns",
+        "/tmp/two-views/public",
+        "/tmp/two-views/secret",
+        "/tmp/two-views/secret/file",
+    ];
+    assert_eq!(read(&mut kernel, &target, public), (Answer::Ok, vec![]));
+    kernel.events();
+    assert_eq!(probe(Some(&target), &in_own_namespace), EPERM);
+    let reported: Vec<String> = kernel
+        .events()
+        .into_iter()
+        .map(|event| event.path)
+        .collect();
+    assert_eq!(reported, ["/tmp/two-views/secret/file"]);
+    assert_eq!(
+        read(&mut kernel, &target, public),
+        (Answer::Ok, vec![]),
+        "the first namespace's name again"
+    );
+    assert_eq!(probe(None, &in_own_namespace), Answer::Ok);
+}
+
+#[test]
+fn a_policy_update_that_denies_an_allowed_file_holds_from_the_next_open() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "updated");
+    let read_file = file("/tmp/updated/file");
+    let allowing = policy("updated", &deny_read("/tmp/updated/other"));
+    kernel.apply(&target, allowing.clone());
+    for _ in 0..2 {
+        assert_eq!(read(&mut kernel, &target, read_file), (Answer::Ok, vec![]));
+    }
+    kernel.apply(&target, policy("updated", &deny_read(read_file)));
+    assert_eq!(
+        read(&mut kernel, &target, read_file),
+        (EPERM, vec![read_file.to_owned()]),
+        "the first open after the update"
+    );
+    kernel.apply(&target, allowing);
+    assert_eq!(read(&mut kernel, &target, read_file), (Answer::Ok, vec![]));
+}
