@@ -1,6 +1,6 @@
 use std::{io::IsTerminal, path::PathBuf, process::ExitCode};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use palisade_agent::cmd;
 
 #[derive(Parser)]
@@ -19,13 +19,16 @@ enum Command {
     /// Enforce every policy file in a directory, following its changes. Enforcement is pinned
     /// in the kernel: it goes on when the agent stops, and a restarted agent takes it over.
     Agent(Box<cmd::daemon::AgentArgs>),
-    /// Run one command in a fresh cgroup under a policy; exits with the command's status.
+    /// Run one command in a fresh cgroup under a policy. Exits with the command's status; 126 when
+    /// it cannot be executed, 127 when it is not found, 125 when palisade itself fails.
     Run {
+        /// The policy the command runs under (its spec.target is ignored).
         #[arg(long, value_name = "FILE")]
         policy: PathBuf,
         /// Append audit events (JSON lines) to FILE instead of stderr.
         #[arg(long, value_name = "FILE")]
         events: Option<PathBuf>,
+        /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
     },
@@ -48,14 +51,24 @@ enum Command {
         #[command(subcommand)]
         command: cmd::rules::RulesCommand,
     },
+    /// Print the shell completion script for SHELL, e.g.
+    /// `palisade completions bash > /etc/bash_completion.d/palisade`.
+    Completions {
+        /// bash, elvish, fish, powershell or zsh.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Subcommand)]
 enum PolicyCommand {
     /// Print the BPF map entries a policy compiles to.
-    Compile { file: PathBuf },
+    Compile {
+        /// A policy file.
+        file: PathBuf,
+    },
     /// Run a rule module on its fixtures (DIR/fixtures/*.json) in the agent's sandbox.
     Test {
+        /// A rule module's directory (its crate or Rego files) with a fixtures/ directory.
         dir: PathBuf,
         /// The built module (default: build DIR's crate now).
         #[arg(long, value_name = "FILE")]
@@ -66,6 +79,7 @@ enum PolicyCommand {
         /// Events the agent wrote (JSON lines).
         #[arg(long, value_name = "FILE")]
         events: PathBuf,
+        /// The candidate policy file.
         #[arg(long, value_name = "FILE")]
         policy: PathBuf,
     },
@@ -114,7 +128,7 @@ fn main() -> ExitCode {
             policy,
             events,
             command,
-        } => runtime()
+        } => Ok(runtime()
             .map_err(Into::into)
             .and_then(|rt| {
                 rt.block_on(cmd::run::run(cmd::run::RunArgs {
@@ -123,10 +137,13 @@ fn main() -> ExitCode {
                     command,
                 }))
             })
-            .map(|code| ExitCode::from(u8::try_from(code).unwrap_or(1))),
+            .map_or_else(|err| failed(&err, cmd::run::FAILED), ExitCode::from)),
         Command::Top(args) => runtime()
             .map_err(Into::into)
-            .and_then(|rt| rt.block_on(cmd::top::run(args, &mut std::io::stdout())))
+            .and_then(|rt| {
+                let terminal = std::io::stdout().is_terminal();
+                rt.block_on(cmd::top::run(args, &mut std::io::stdout(), terminal))
+            })
             .map(|()| ExitCode::SUCCESS),
         Command::Rules { command } => {
             cmd::rules::run(command, &mut std::io::stdout()).map(|runnable| {
@@ -139,6 +156,15 @@ fn main() -> ExitCode {
         }
         Command::Model { command } => {
             cmd::model::run(command, &mut std::io::stdout()).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "palisade",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
         }
         Command::Doctor => cmd::doctor::run(&mut std::io::stdout())
             .map(|ready| {
@@ -170,8 +196,42 @@ fn main() -> ExitCode {
             .and_then(|(_, compiled)| Ok(cmd::policy::print(&compiled, &mut std::io::stdout())?))
             .map(|()| ExitCode::SUCCESS),
     };
-    result.unwrap_or_else(|err| {
-        eprintln!("palisade: error: {err:#}");
-        ExitCode::FAILURE
-    })
+    result.unwrap_or_else(|err| failed(&err, 1))
+}
+
+/// Reports `err` and exits with `code`.
+fn failed(err: &anyhow::Error, code: u8) -> ExitCode {
+    eprintln!("palisade: error: {err:#}");
+    ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The subcommands and arguments of `command`, and of every subcommand below it, that have
+    /// no help text.
+    fn without_help(command: &clap::Command, path: &str, found: &mut Vec<String>) {
+        let path = format!("{path} {}", command.get_name());
+        for arg in command.get_arguments() {
+            if arg.get_help().is_none() && !["help", "version"].contains(&arg.get_id().as_str()) {
+                found.push(format!("{path} {}", arg.get_id()));
+            }
+        }
+        for subcommand in command.get_subcommands() {
+            if subcommand.get_about().is_none() {
+                found.push(format!("{path} {}", subcommand.get_name()));
+            }
+            without_help(subcommand, &path, found);
+        }
+    }
+
+    #[test]
+    fn every_command_and_argument_has_help() {
+        let cli = Cli::command();
+        cli.clone().debug_assert();
+        let mut found = Vec::new();
+        without_help(&cli, "", &mut found);
+        assert_eq!(found, [] as [String; 0]);
+    }
 }

@@ -30,7 +30,7 @@ fn policy_compile_prints_the_map_entries() {
     assert!(
         out.starts_with(
             "policy \"protect-secrets\": 10 rules, 18 prefix entries, 3 suffix entries, 3 globs, \
-             0 mount types, 0 socket entries, 5 network entries\nrule 1 \"runtime-default\": Deny\n"
+             0 mount types, 0 socket entries, 5 network entries\nrule 1 \"runtime-default\": deny\n"
         ),
         "{out}"
     );
@@ -91,7 +91,10 @@ fn doctor_and_run_report_whether_bpf_lsm_works() {
             "{report}"
         );
         assert!(report.contains("NOT READY"), "{report}");
-        assert_eq!(run_code, 1);
+        assert_eq!(
+            run_code, 125,
+            "palisade's own failure, as env(1) reports it"
+        );
         let error = run_err
             .lines()
             .find(|line| line.starts_with("palisade: error: "))
@@ -112,6 +115,36 @@ fn doctor_and_run_report_whether_bpf_lsm_works() {
             "{run_err}"
         );
     }
+}
+
+#[test]
+fn completions_cover_every_command_in_each_shell() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, script, err) = palisade(&["completions", shell]);
+        assert_eq!(code, 0, "{shell}: {err}");
+        for command in [
+            "agent", "run", "doctor", "top", "policy", "model", "rules", "replay",
+        ] {
+            assert!(
+                script.contains(command),
+                "{shell}: no {command} in {script}"
+            );
+        }
+    }
+    let (code, _, err) = palisade(&["completions", "tcsh"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("invalid value 'tcsh'"), "{err}");
+}
+
+#[test]
+fn run_exits_125_when_its_policy_cannot_be_read() {
+    let (code, out, err) = palisade(&["run", "--policy", "/nonexistent/policy.yaml", "--", "true"]);
+    assert_eq!(code, 125, "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.starts_with("palisade: error: /nonexistent/policy.yaml: "),
+        "{err}"
+    );
 }
 
 #[test]
@@ -300,7 +333,7 @@ fn model_to_policy_writes_a_reviewable_allowlist() {
     std::fs::write(&file, &yaml).unwrap();
     let (code, out, err) = palisade(&["policy", "compile", file.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("rule 1 \"defense-in-depth\": Deny\n"), "{out}");
+    assert!(out.contains("rule 1 \"defense-in-depth\": deny\n"), "{out}");
     assert!(
         out.contains(
             "denied unless allowed: read,write,append,exec,connect,capabilities,network,sockets,\

@@ -108,4 +108,11 @@ mod tests {
             "{CRDS_FILE} is stale: run `cargo run -p palisade-crds --bin crdgen > {CRDS_FILE}`"
         );
     }
+
+    #[test]
+    fn an_actions_name_is_how_a_policy_spells_it() {
+        for action in [Action::Audit, Action::Deny] {
+            assert_eq!(serde_json::to_value(action).unwrap(), action.name());
+        }
+    }
 }

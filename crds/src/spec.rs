@@ -370,6 +370,16 @@ pub enum Action {
     Deny,
 }
 
+impl Action {
+    /// The name a policy spells it with.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Audit => "audit",
+            Self::Deny => "deny",
+        }
+    }
+}
+
 /// A list of built-in rule names out of `names`, each at most once.
 fn rule_list(description: &str, names: Vec<String>) -> Schema {
     json_schema!({

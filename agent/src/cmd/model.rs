@@ -53,6 +53,7 @@ pub enum ModelCommand {
     Show {
         /// A model the agent wrote (in its --models-dir).
         file: PathBuf,
+        /// How to print it.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -62,6 +63,7 @@ pub enum ModelCommand {
         a: PathBuf,
         /// The model after.
         b: PathBuf,
+        /// How to print it.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -72,6 +74,7 @@ pub enum ModelCommand {
         file: PathBuf,
         #[command(flatten)]
         transform: TransformArgs,
+        /// How to write it.
         #[arg(long, value_enum, default_value_t = FileOutput::Yaml)]
         output: FileOutput,
     },
@@ -86,6 +89,7 @@ pub enum ModelCommand {
         /// The model transform's configuration, as JSON.
         #[arg(long, requires = "module", default_value = "{}", value_parser = json)]
         config: serde_json::Value,
+        /// How to write it.
         #[arg(long, value_enum, default_value_t = FileOutput::Yaml)]
         output: FileOutput,
     },

@@ -98,10 +98,10 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
     for (index, rule) in compiled.rules().iter().enumerate() {
         writeln!(
             out,
-            "rule {} \"{}\": {:?}",
+            "rule {} \"{}\": {}",
             index + 1,
             rule.name,
-            rule.action
+            rule.action.name()
         )?;
     }
     let switches = &compiled.entries().switches;

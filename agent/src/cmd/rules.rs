@@ -6,16 +6,21 @@ use crate::rules::RuleHost;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum RulesCommand {
-    /// Build the rule crate in DIR (Rust, palisade-rule-sdk) into a component; prints its
-    /// SHA-256 digest, which policies name it by.
+    /// Build the rule module in DIR: a Rust crate (palisade-rule-sdk) wrapped as a component, or
+    /// DIR's Rego files compiled by `opa build -t wasm`; prints its SHA-256 digest, which policies
+    /// name it by.
     Build {
+        /// A Rust rule crate (with Cargo.toml) or a directory of *.rego files.
         dir: PathBuf,
         /// Where to write the component (default: DIR's name with .wasm, here).
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
     },
     /// Show a module's digest, size, imports and exports, and whether this agent runs it.
-    Inspect { file: PathBuf },
+    Inspect {
+        /// A built module (.wasm).
+        file: PathBuf,
+    },
 }
 
 /// Runs the command; Ok(false) when an inspected module cannot run here.

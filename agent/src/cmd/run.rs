@@ -4,7 +4,7 @@ use std::{os::unix::process::ExitStatusExt, path::PathBuf, process::ExitStatus, 
 
 use anyhow::Context;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::session::{Session, json_sink};
 use crate::{
@@ -20,14 +20,25 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
+/// What `palisade run` exits with when it fails itself, before or after the command: as env(1),
+/// timeout(1) and chroot(1) do, so that a script tells it from the command's own status.
+pub const FAILED: u8 = 125;
+/// The command was found but cannot be executed (no permission, not a program).
+const CANNOT_EXECUTE: u8 = 126;
+/// The command was not found.
+const NOT_FOUND: u8 = 127;
+
 /// The exit code a shell would report for `status`.
-fn exit_code(status: ExitStatus) -> i32 {
-    status
+fn exit_code(status: ExitStatus) -> u8 {
+    let code = status
         .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    code as u8
 }
 
-pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
+/// The command's exit status, or 126/127 when it could not be started (the reason logged);
+/// an error (exit 125) when palisade itself fails.
+pub async fn run(args: RunArgs) -> anyhow::Result<u8> {
     let host = RuleHost::new(None)?;
     let (policy, compiled) = super::policy::load_and_compile(&host, &args.policy)?;
     anyhow::ensure!(
@@ -79,7 +90,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<i32> {
     if let Err(err) = cgroup.remove() {
         warn!("{err}");
     }
-    result.map(exit_code)
+    result
 }
 
 async fn supervise(
@@ -88,7 +99,7 @@ async fn supervise(
     policy: Arc<crate::policy::CompiledPolicy>,
     args: &RunArgs,
     signals: &mut Signals,
-) -> anyhow::Result<ExitStatus> {
+) -> anyhow::Result<u8> {
     session.enforcer.apply(cgroup, policy).with_context(|| {
         format!(
             "applying {} to {}",
@@ -102,13 +113,20 @@ async fn supervise(
     command.args(program_args);
     // SAFETY: join_in_child only makes async-signal-safe calls.
     unsafe { command.pre_exec(move || join_in_child(&procs)) };
-    let mut child = command
-        .spawn()
-        .with_context(|| format!("starting {program}"))?;
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            error!("cannot run {program}: {err}");
+            return Ok(match err.kind() {
+                std::io::ErrorKind::NotFound => NOT_FOUND,
+                _ => CANNOT_EXECUTE,
+            });
+        }
+    };
     let pid = child.id().context("the command has no pid")?;
     loop {
         let signal = tokio::select! {
-            status = child.wait() => return Ok(status?),
+            status = child.wait() => return Ok(exit_code(status?)),
             signal = signals.next() => signal,
             ready = session.events_ready() => { ready?; session.pump(); continue }
         };

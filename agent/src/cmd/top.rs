@@ -28,7 +28,9 @@ pub struct TopArgs {
     pub once: bool,
 }
 
-pub async fn run(args: TopArgs, out: &mut impl Write) -> anyhow::Result<()> {
+/// Shows the agent's decisions every `interval`: redrawn in place on a `terminal`, otherwise
+/// (a pipe, a file) one screen after another, separated by a blank line, with no control codes.
+pub async fn run(args: TopArgs, out: &mut impl Write, terminal: bool) -> anyhow::Result<()> {
     let mut client = Client::new(&format!("http://{}/metrics", args.address))?;
     let mut previous: Option<(Instant, View)> = None;
     loop {
@@ -47,11 +49,19 @@ pub async fn run(args: TopArgs, out: &mut impl Write) -> anyhow::Result<()> {
             out.write_all(screen.as_bytes())?;
             return Ok(());
         }
-        // Clear the terminal, then draw.
-        write!(out, "\x1b[H\x1b[2J{screen}")?;
+        out.write_all(frame(&screen, terminal).as_bytes())?;
         out.flush()?;
         previous = Some((now, view));
         tokio::time::sleep(args.interval).await;
+    }
+}
+
+/// One refresh's output: on a terminal, cleared first; elsewhere, after a blank line.
+fn frame(screen: &str, terminal: bool) -> String {
+    if terminal {
+        format!("\x1b[H\x1b[2J{screen}")
+    } else {
+        format!("\n{screen}")
     }
 }
 

@@ -636,6 +636,15 @@ fn palisade_run_denies_reports_and_cleans_up() {
     assert_eq!(lines[0]["errno"], 1);
     let allowed = run(&["sh", "-c", "cat /etc/hostname >/dev/null; exit 7"]);
     assert_eq!(allowed.status.code(), Some(7));
+    // As env(1): 127 for a command not found, 126 for one that cannot be executed.
+    let missing = run(&["/tmp/run/no-such-command"]);
+    assert_eq!(missing.status.code(), Some(127), "{missing:?}");
+    let not_a_program = run(&["/tmp/run/policy.yaml"]);
+    assert_eq!(not_a_program.status.code(), Some(126), "{not_a_program:?}");
+    assert!(
+        String::from_utf8_lossy(&not_a_program.stderr).contains("cannot run /tmp/run/policy.yaml"),
+        "{not_a_program:?}"
+    );
     // The command cannot kill `palisade run` to shed its policy.
     let escape = run(&["sh", "-c", "kill -KILL $PPID; echo survived"]);
     assert_eq!(escape.status.code(), Some(0), "{escape:?}");

@@ -5,7 +5,7 @@
 use std::{
     collections::BTreeSet,
     net::SocketAddr,
-    process::Command,
+    process::{Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -175,6 +175,20 @@ fn agent_serves_metrics_health_and_readiness() {
         "{screen}"
     );
     assert!(screen.contains("file_open"), "{screen}");
+    // Into a pipe: one screen after another, no terminal control codes.
+    let mut top = Command::new(binary("PALISADE_BIN"))
+        .args(["top", "--interval", "100ms"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    top.kill().unwrap();
+    let piped = String::from_utf8(top.wait_with_output().unwrap().stdout).unwrap();
+    assert!(!piped.contains('\x1b'), "{piped:?}");
+    assert!(
+        piped.matches("customRules.files[0]").count() >= 2,
+        "{piped}"
+    );
     assert_eq!(http_get("/nothing").unwrap().0, 404);
     let (stopped, log) = agent.stop(libc::SIGTERM);
     assert!(stopped, "{log}");
