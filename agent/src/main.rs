@@ -70,7 +70,7 @@ enum PolicyCommand {
     Test {
         /// A rule module's directory (its crate or Rego files) with a fixtures/ directory.
         dir: PathBuf,
-        /// The built module (default: build DIR's crate now).
+        /// The built module (default: build DIR now).
         #[arg(long, value_name = "FILE")]
         module: Option<PathBuf>,
     },

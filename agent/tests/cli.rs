@@ -119,17 +119,43 @@ fn doctor_and_run_report_whether_bpf_lsm_works() {
 
 #[test]
 fn completions_cover_every_command_in_each_shell() {
-    for shell in ["bash", "zsh", "fish"] {
+    const TOP: [&str; 8] = [
+        "agent",
+        "run",
+        "doctor",
+        "top",
+        "policy",
+        "model",
+        "rules",
+        "completions",
+    ];
+    const BELOW: [&str; 9] = [
+        "compile",
+        "test",
+        "replay",
+        "show",
+        "diff",
+        "transform",
+        "to-policy",
+        "build",
+        "inspect",
+    ];
+    let script = |shell| {
         let (code, script, err) = palisade(&["completions", shell]);
         assert_eq!(code, 0, "{shell}: {err}");
-        for command in [
-            "agent", "run", "doctor", "top", "policy", "model", "rules", "replay",
-        ] {
-            assert!(
-                script.contains(command),
-                "{shell}: no {command} in {script}"
-            );
-        }
+        script
+    };
+    // How each shell's script offers a command (help texts name some commands too).
+    let (bash, fish, zsh) = (script("bash"), script("fish"), script("zsh"));
+    for command in TOP {
+        let token = format!("palisade__subcmd__{command})");
+        assert!(bash.contains(&token), "bash: no {token}");
+    }
+    for command in TOP.iter().chain(&BELOW) {
+        let token = format!("-a \"{command}\" -d '");
+        assert!(fish.contains(&token), "fish: no {token}");
+        let token = format!("'{command}:");
+        assert!(zsh.contains(&token), "zsh: no {token}");
     }
     let (code, _, err) = palisade(&["completions", "tcsh"]);
     assert_eq!(code, 2, "{err}");

@@ -20,13 +20,33 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
-/// What `palisade run` exits with when it fails itself, before or after the command: as env(1),
-/// timeout(1) and chroot(1) do, so that a script tells it from the command's own status.
+/// What `palisade run` exits with when it fails itself (it cannot read or apply the policy,
+/// enforce, or start the command): as env(1), timeout(1) and chroot(1) do, so that a script tells
+/// it from the command's own status. Usage errors exit 2, as for every command.
 pub const FAILED: u8 = 125;
 /// The command was found but cannot be executed (no permission, not a program).
 const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found.
 const NOT_FOUND: u8 = 127;
+
+/// Whether `spawn` failed because the command cannot be executed, rather than for want of a
+/// process or a descriptor (palisade's failure).
+fn cannot_execute(err: &std::io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(
+            libc::EACCES
+                | libc::EPERM
+                | libc::ENOEXEC
+                | libc::ENOTDIR
+                | libc::ELOOP
+                | libc::EISDIR
+                | libc::ETXTBSY
+                | libc::E2BIG
+                | libc::ENAMETOOLONG
+        )
+    )
+}
 
 /// The exit code a shell would report for `status`.
 fn exit_code(status: ExitStatus) -> u8 {
@@ -111,16 +131,29 @@ async fn supervise(
     let procs = cgroup.procs_file();
     let mut command = tokio::process::Command::new(program);
     command.args(program_args);
-    // SAFETY: join_in_child only makes async-signal-safe calls.
-    unsafe { command.pre_exec(move || join_in_child(&procs)) };
+    // A failure here is palisade's, not the command's: exit as palisade fails, rather than
+    // return an error that spawn would report like the command's own.
+    // SAFETY: join_in_child, write and _exit are async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            if join_in_child(&procs).is_err() {
+                const MESSAGE: &[u8] = b"palisade: error: cannot place the command in its cgroup\n";
+                libc::write(2, MESSAGE.as_ptr().cast(), MESSAGE.len());
+                libc::_exit(i32::from(FAILED));
+            }
+            Ok(())
+        })
+    };
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => {
-            error!("cannot run {program}: {err}");
-            return Ok(match err.kind() {
+            let code = match err.kind() {
                 std::io::ErrorKind::NotFound => NOT_FOUND,
-                _ => CANNOT_EXECUTE,
-            });
+                _ if cannot_execute(&err) => CANNOT_EXECUTE,
+                _ => return Err(err).with_context(|| format!("starting {program}")),
+            };
+            error!("cannot run {program}: {err}");
+            return Ok(code);
         }
     };
     let pid = child.id().context("the command has no pid")?;

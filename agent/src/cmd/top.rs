@@ -45,21 +45,31 @@ pub async fn run(args: TopArgs, out: &mut impl Write, terminal: bool) -> anyhow:
             .as_ref()
             .map(|(then, before)| (now.duration_since(*then), before));
         let screen = view.render(since, args.rows);
+        let text = if args.once {
+            screen
+        } else {
+            frame(&screen, terminal, previous.is_none())
+        };
+        match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            // The reader is gone (`palisade top | head`): nothing left to do.
+            Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+            written => written?,
+        }
         if args.once {
-            out.write_all(screen.as_bytes())?;
             return Ok(());
         }
-        out.write_all(frame(&screen, terminal).as_bytes())?;
-        out.flush()?;
         previous = Some((now, view));
         tokio::time::sleep(args.interval).await;
     }
 }
 
-/// One refresh's output: on a terminal, cleared first; elsewhere, after a blank line.
-fn frame(screen: &str, terminal: bool) -> String {
+/// One refresh's output: on a terminal, cleared first; elsewhere, after a blank line (but the
+/// `first`).
+fn frame(screen: &str, terminal: bool, first: bool) -> String {
     if terminal {
         format!("\x1b[H\x1b[2J{screen}")
+    } else if first {
+        screen.to_owned()
     } else {
         format!("\n{screen}")
     }
@@ -272,6 +282,14 @@ palisade_rule_events_throttled_total{policy="app",rule="no-curl",hook="bprm_chec
 # TYPE palisade_targets gauge
 palisade_targets 1
 "#;
+
+    #[test]
+    fn a_terminal_is_redrawn_and_a_pipe_gets_screens_one_after_another() {
+        assert_eq!(frame("screen\n", true, true), "\x1b[H\x1b[2Jscreen\n");
+        assert_eq!(frame("screen\n", true, false), "\x1b[H\x1b[2Jscreen\n");
+        assert_eq!(frame("screen\n", false, true), "screen\n");
+        assert_eq!(frame("screen\n", false, false), "\nscreen\n");
+    }
 
     #[test]
     fn rules_are_listed_busiest_first_with_their_rate() {

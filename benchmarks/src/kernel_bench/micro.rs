@@ -7,6 +7,7 @@ use std::{
     io,
     net::{TcpListener, TcpStream},
     os::fd::AsRawFd,
+    process::Stdio,
 };
 
 use anyhow::{Context, bail, ensure};
@@ -39,7 +40,7 @@ pub const BENCHES: &[(&str, u64, &str)] = &[
         8000,
         "TCP socket, connect to loopback, accept, close both (reset: no TIME_WAIT left)",
     ),
-    ("file_copy", 20, "copy a 256 KiB file in 4 KiB blocks"),
+    ("file_copy", 24, "copy a 256 KiB file in 4 KiB blocks"),
     ("open_denied", 20000, "open and close the file S5 denies"),
     (
         "open_many",
@@ -144,13 +145,17 @@ fn wait_child(pid: libc::pid_t) -> anyhow::Result<()> {
 /// the slow path: on 6.1, six or eight idle processes anywhere move `fork` by +0.4% with no
 /// program attached, as much as a goal's margin. Phase N runs its share of the operations while N
 /// idle processes exist, so every state is measured over the same phases.
-const PHASES: u64 = 8;
+pub const PHASES: u64 = 8;
 
-/// Runs `bench` `ops` times (rounded up to a multiple of `PHASES`), spread evenly over the
-/// allocator phases; returns the guest nanoseconds per operation, the mean over phases.
-/// `denied` says whether `open_denied` must be refused.
+/// Runs `bench` `ops` times (a multiple of `PHASES`), spread evenly over the allocator phases;
+/// returns the guest nanoseconds per operation, the mean over phases. `denied` says whether
+/// `open_denied` must be refused.
 pub fn run(bench: &str, ops: u64, denied: bool) -> anyhow::Result<f64> {
-    let ops_per_phase = ops.div_ceil(PHASES);
+    ensure!(
+        ops.is_multiple_of(PHASES),
+        "{ops} operations do not split into {PHASES} phases"
+    );
+    let ops_per_phase = ops / PHASES;
     let mut total = 0.0;
     for phase in 0..PHASES {
         let _idle = IdleProcesses::start(phase)?;
@@ -169,14 +174,18 @@ impl IdleProcesses {
         for _ in 0..count {
             let child = std::process::Command::new(PROGRAM)
                 .args(["sleep", "1000000"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
                 .spawn()
                 .context("starting an idle process")?;
             idle.0.push(child);
         }
-        for child in &idle.0 {
+        for child in &mut idle.0 {
             // Asleep: nothing it does afterwards falls into the measured operations.
             let stat = format!("/proc/{}/stat", child.id());
             while !std::fs::read_to_string(&stat)?.contains(") S ") {
+                ensure!(child.try_wait()?.is_none(), "an idle process exited");
                 std::thread::yield_now();
             }
         }

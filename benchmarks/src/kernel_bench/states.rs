@@ -1,5 +1,5 @@
-//! The overhead states S0-S6 and the floor, measured in interleaved rounds: every round visits
-//! every state, so that a drift of the machine touches them all alike.
+//! The overhead states (S0-S7, the floor and d_path), measured in interleaved rounds: every
+//! round visits every state, so that a drift of the machine touches them all alike.
 
 use std::{collections::HashMap, time::Duration};
 
@@ -110,7 +110,7 @@ fn micro_run(
     micro::BENCHES
         .iter()
         .map(|(bench, ops, _)| {
-            let ops = settings.ops(*ops);
+            let ops = settings.ops(*ops).next_multiple_of(micro::PHASES);
             let denied = if state == "S5" { "denied" } else { "allowed" };
             let text = output(&mut bench_command(
                 &cgroups.target,

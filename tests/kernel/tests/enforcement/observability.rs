@@ -4,6 +4,7 @@
 
 use std::{
     collections::BTreeSet,
+    io::{BufRead, BufReader},
     net::SocketAddr,
     process::{Command, Stdio},
     sync::{Arc, Mutex},
@@ -175,20 +176,29 @@ fn agent_serves_metrics_health_and_readiness() {
         "{screen}"
     );
     assert!(screen.contains("file_open"), "{screen}");
-    // Into a pipe: one screen after another, no terminal control codes.
+    // Into a pipe: one screen after another, no terminal control codes; the reader leaving ends
+    // it quietly.
     let mut top = Command::new(binary("PALISADE_BIN"))
         .args(["top", "--interval", "100ms"])
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
-    top.kill().unwrap();
-    let piped = String::from_utf8(top.wait_with_output().unwrap().stdout).unwrap();
-    assert!(!piped.contains('\x1b'), "{piped:?}");
+    let mut piped = String::new();
+    let mut reader = BufReader::new(top.stdout.take().unwrap());
+    while piped.matches("customRules.files[0]").count() < 2 {
+        assert_ne!(reader.read_line(&mut piped).unwrap(), 0, "{piped}");
+    }
+    drop(reader);
+    let ended = top.wait_with_output().unwrap();
     assert!(
-        piped.matches("customRules.files[0]").count() >= 2,
-        "{piped}"
+        ended.status.success(),
+        "{ended:?}: {}",
+        String::from_utf8_lossy(&ended.stderr)
     );
+    assert!(!piped.contains('\x1b'), "{piped:?}");
+    assert!(piped.starts_with("palisade top "), "{piped}");
+    assert_eq!(piped.matches("\n\npalisade top ").count(), 1, "{piped}");
     assert_eq!(http_get("/nothing").unwrap().0, 404);
     let (stopped, log) = agent.stop(libc::SIGTERM);
     assert!(stopped, "{log}");
