@@ -33,7 +33,7 @@ enum Command {
         command: Vec<String>,
     },
     /// Report whether this machine can enforce, and which check fails if not.
-    Doctor,
+    Doctor(cmd::OutputArgs),
     /// Show live decisions per rule and their kernel cost, from a running agent's metrics.
     Top(cmd::top::TopArgs),
     /// Work with policy files.
@@ -65,6 +65,8 @@ enum PolicyCommand {
     Compile {
         /// A policy file.
         file: PathBuf,
+        #[command(flatten)]
+        output: cmd::OutputArgs,
     },
     /// Run a rule module on its fixtures (DIR/fixtures/*.json) in the agent's sandbox.
     Test {
@@ -73,6 +75,8 @@ enum PolicyCommand {
         /// The built module (default: build DIR now).
         #[arg(long, value_name = "FILE")]
         module: Option<PathBuf>,
+        #[command(flatten)]
+        output: cmd::OutputArgs,
     },
     /// Show which recorded events a candidate policy would deny or audit, per rule.
     Replay {
@@ -82,6 +86,8 @@ enum PolicyCommand {
         /// The candidate policy file.
         #[arg(long, value_name = "FILE")]
         policy: PathBuf,
+        #[command(flatten)]
+        output: cmd::OutputArgs,
     },
 }
 
@@ -166,35 +172,49 @@ fn main() -> ExitCode {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Doctor => cmd::doctor::run(&mut std::io::stdout())
-            .map(|ready| {
+        Command::Doctor(cmd::OutputArgs { output }) => {
+            cmd::doctor::run(output, &mut std::io::stdout()).map(|ready| {
                 if ready {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::FAILURE
                 }
             })
-            .map_err(Into::into),
+        }
         Command::Policy {
-            command: PolicyCommand::Test { dir, module },
-        } => cmd::policy::test(&dir, module.as_deref(), &mut std::io::stdout()).map(|passed| {
-            if passed {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }),
+            command:
+                PolicyCommand::Test {
+                    dir,
+                    module,
+                    output: cmd::OutputArgs { output },
+                },
+        } => cmd::policy::test(&dir, module.as_deref(), output, &mut std::io::stdout()).map(
+            |passed| {
+                if passed {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            },
+        ),
         Command::Policy {
-            command: PolicyCommand::Replay { events, policy },
-        } => cmd::policy::replay(&events, &policy, &mut std::io::stdout())
+            command:
+                PolicyCommand::Replay {
+                    events,
+                    policy,
+                    output: cmd::OutputArgs { output },
+                },
+        } => cmd::policy::replay(&events, &policy, output, &mut std::io::stdout())
             .map(|()| ExitCode::SUCCESS),
         Command::Policy {
-            command: PolicyCommand::Compile { file },
-        } => palisade_agent::rules::RuleHost::new(None)
-            .map_err(anyhow::Error::from)
-            .and_then(|host| Ok(cmd::policy::load_and_compile(&host, &file)?))
-            .and_then(|(_, compiled)| Ok(cmd::policy::print(&compiled, &mut std::io::stdout())?))
-            .map(|()| ExitCode::SUCCESS),
+            command:
+                PolicyCommand::Compile {
+                    file,
+                    output: cmd::OutputArgs { output },
+                },
+        } => {
+            cmd::policy::compile(&file, output, &mut std::io::stdout()).map(|()| ExitCode::SUCCESS)
+        }
     };
     result.unwrap_or_else(|err| failed(&err, 1))
 }

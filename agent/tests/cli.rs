@@ -44,6 +44,75 @@ fn policy_compile_prints_the_map_entries() {
 }
 
 #[test]
+fn policy_compile_prints_the_map_entries_as_json() {
+    let (code, out, err) = palisade(&[
+        "policy",
+        "compile",
+        &example("protect-secrets.yaml"),
+        "--output",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let entries = json(&out);
+    assert_eq!(entries["policy"], "protect-secrets");
+    let counted = |field: &str| entries[field].as_array().map(Vec::len);
+    // As the text's first line counts them.
+    for (field, count) in [
+        ("rules", 10),
+        ("path_prefixes", 18),
+        ("path_suffixes", 3),
+        ("globs", 3),
+        ("mount_types", 0),
+        ("sockets", 0),
+        ("network", 5),
+    ] {
+        assert_eq!(counted(field), Some(count), "{field} in {out}");
+    }
+    assert_eq!(
+        entries["rules"][0],
+        serde_json::json!({"id": 1, "name": "runtime-default", "action": "deny"})
+    );
+    let deny_audit = |rule: u32| serde_json::json!({"action": ["deny", "audit"], "rule": rule});
+    let secrets = entries["path_prefixes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["key"] == "/srv/secrets/")
+        .unwrap_or_else(|| panic!("no /srv/secrets/ in {out}"));
+    assert_eq!(secrets["glob_mask"], 2);
+    let mut read = deny_audit(7);
+    read["permission"] = "read".into();
+    assert_eq!(secrets["permissions"][0], read);
+    assert_eq!(secrets["permissions"].as_array().unwrap().len(), 3);
+    let mut metadata = deny_audit(4);
+    for (field, value) in [
+        ("address", "169.254.169.254/32".into()),
+        ("protocol", 0.into()),
+        ("port", 0.into()),
+    ] {
+        metadata[field] = value;
+    }
+    assert!(
+        entries["network"].as_array().unwrap().contains(&metadata),
+        "{metadata} in {out}"
+    );
+    let mut userns = deny_audit(3);
+    userns["name"] = "userns_create".into();
+    assert!(
+        entries["switches"].as_array().unwrap().contains(&userns),
+        "{userns} in {out}"
+    );
+    let glob = &entries["globs"][0];
+    assert!(glob["min_len"].as_u64().unwrap() > 0, "{out}");
+    assert!(
+        glob["permissions"]
+            .as_array()
+            .is_some_and(|permissions| !permissions.is_empty())
+    );
+    assert_eq!(entries["denied_unless_allowed"], serde_json::Value::Null);
+}
+
+#[test]
 fn policy_compile_rejects_a_broken_file_with_file_field_and_reason() {
     let file =
         std::env::temp_dir().join(format!("palisade-cli-broken-{}.yaml", std::process::id()));
@@ -70,6 +139,19 @@ fn doctor_and_run_report_whether_bpf_lsm_works() {
         Ok(true)
     );
     let (doctor_code, report, _) = palisade(&["doctor"]);
+    let (json_code, json_report, _) = palisade(&["doctor", "--output", "json"]);
+    assert_eq!(json_code, doctor_code, "{json_report}");
+    let doctor = json(&json_report);
+    assert_eq!(doctor["ready"], lsm_loads, "{json_report}");
+    assert_eq!(doctor["program_types"][0]["type"], "lsm");
+    assert_eq!(doctor["program_types"][0]["loads"], lsm_loads);
+    assert_eq!(doctor["root"], true, "the tests run as root");
+    assert!(
+        doctor["kernel"]
+            .as_str()
+            .is_some_and(|kernel| !kernel.is_empty())
+    );
+    assert!(doctor["cgroup_v2"]["mount"].is_string(), "{json_report}");
     let (run_code, _, run_err) = palisade(&[
         "run",
         "--policy",
@@ -80,6 +162,7 @@ fn doctor_and_run_report_whether_bpf_lsm_works() {
     if lsm_loads {
         assert_eq!(doctor_code, 0, "{report}");
         assert!(report.contains("READY"), "{report}");
+        assert_eq!(doctor["programs_error"], serde_json::Value::Null);
         assert_eq!(run_code, 0, "{run_err}");
     } else {
         assert_eq!(doctor_code, 1, "{report}");
@@ -91,6 +174,17 @@ fn doctor_and_run_report_whether_bpf_lsm_works() {
             "{report}"
         );
         assert!(report.contains("NOT READY"), "{report}");
+        assert!(
+            doctor["programs_error"]
+                .as_str()
+                .is_some_and(|error| error
+                    .starts_with("the kernel refused to load BPF LSM program `file_open`")),
+            "{json_report}"
+        );
+        assert!(
+            doctor["program_types"][0]["error"].is_string(),
+            "{json_report}"
+        );
         assert_eq!(
             run_code, 125,
             "palisade's own failure, as env(1) reports it"
@@ -231,6 +325,46 @@ fn policy_replay_counts_what_a_candidate_would_have_blocked_per_rule() {
     assert_eq!(row("disable-udp"), ["1", "0"]);
     assert_eq!(row("block-access-to-metadata-service"), ["0", "1"]);
     assert!(out.contains("not replayable: 1 task_kill events"), "{out}");
+
+    let (code, out, err) = palisade(&[
+        "policy",
+        "replay",
+        "--events",
+        events.to_str().unwrap(),
+        "--policy",
+        candidate.to_str().unwrap(),
+        "--output",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let replay = json(&out);
+    assert_eq!(replay["policy"], "candidate");
+    assert_eq!(replay["events"], events.to_str().unwrap());
+    assert_eq!(replay["replayed"], 6);
+    assert_eq!(replay["matched_no_rule"], 1);
+    assert_eq!(
+        replay["not_replayable"],
+        serde_json::json!({"task_kill": 1})
+    );
+    let rules = replay["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 4, "{out}");
+    assert!(
+        rules.contains(&serde_json::json!({
+            "rule": "disable-access-shadow",
+            "would_deny": 2,
+            "would_audit": 0,
+            "example": "app file_open /etc/shadow",
+        })),
+        "{out}"
+    );
+    assert!(
+        rules
+            .iter()
+            .any(|rule| rule["rule"] == "block-access-to-metadata-service"
+                && rule["would_deny"] == 0
+                && rule["would_audit"] == 1),
+        "{out}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -513,6 +513,43 @@ fn inspect_shows_the_digest_and_the_abi() {
         "{text}"
     );
     assert!(text.contains("abi      ok: this agent runs it"), "{text}");
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["rules", "inspect", "--output", "json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let inspected: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(inspected["module"], path.to_str().unwrap());
+    assert_eq!(inspected["sha256"], digest);
+    assert_eq!(inspected["runnable"], true);
+    assert_eq!(inspected["refused"], serde_json::Value::Null);
+    assert_eq!(inspected["size"], std::fs::metadata(&path).unwrap().len());
+    assert!(
+        inspected["kind"]
+            .as_str()
+            .is_some_and(|kind| kind.starts_with("a rule module")),
+        "{inspected}"
+    );
+    for export in ["compile", "decide"] {
+        let item = serde_json::json!({"name": export, "kind": "function"});
+        assert!(
+            inspected["exports"].as_array().unwrap().contains(&item),
+            "{item} in {inspected}"
+        );
+    }
+    // A component this agent refuses (it exports nothing): the reason, and the command fails.
+    let empty = scratch().join("inspect-empty.wasm");
+    std::fs::write(&empty, b"\0asm\x0d\0\x01\0").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["rules", "inspect", "--output", "json"])
+        .arg(&empty)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let inspected: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(inspected["runnable"], false);
+    assert!(inspected["refused"].is_string(), "{inspected}");
     let garbage = scratch().join("inspect-garbage.wasm");
     std::fs::write(&garbage, "no").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
@@ -563,6 +600,25 @@ fn policy_test_runs_the_fixtures_against_the_built_module() {
         out.contains("FAILED") && out.contains("0 passed, 1 failed"),
         "{out}"
     );
+    let out = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["policy", "test", "--output", "json"])
+        .arg(&wrong)
+        .arg("--module")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["sha256"], digest);
+    assert_eq!(report["module"], path.to_str().unwrap());
+    assert_eq!(
+        (&report["passed"], &report["failed"]),
+        (&0.into(), &1.into())
+    );
+    let fixture = &report["fixtures"][0];
+    assert_eq!(fixture["name"], wrong.join("kill.json").to_str().unwrap());
+    assert_eq!(fixture["passed"], false);
+    assert!(fixture["mismatch"].is_string(), "{report}");
 }
 
 #[test]

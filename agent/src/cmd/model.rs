@@ -10,18 +10,11 @@ use std::{
 
 use clap::ValueEnum;
 
+use super::{Output, OutputArgs, write_json};
 use crate::{
     behavior::{Allowlist, BehaviorModel, Counted, ModelDiff, load_model, transform},
     rules::RuleHost,
 };
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Output {
-    /// For a person to read.
-    Text,
-    /// One JSON document (the model's own field names for `show`).
-    Json,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum FileOutput {
@@ -53,9 +46,8 @@ pub enum ModelCommand {
     Show {
         /// A model the agent wrote (in its --models-dir).
         file: PathBuf,
-        /// How to print it.
-        #[arg(long, value_enum, default_value_t = Output::Text)]
-        output: Output,
+        #[command(flatten)]
+        output: OutputArgs,
     },
     /// What the workload did in model B and not in model A, and the reverse (counts aside).
     Diff {
@@ -63,9 +55,8 @@ pub enum ModelCommand {
         a: PathBuf,
         /// The model after.
         b: PathBuf,
-        /// How to print it.
-        #[arg(long, value_enum, default_value_t = Output::Text)]
-        output: Output,
+        #[command(flatten)]
+        output: OutputArgs,
     },
     /// Rewrite a model with a model transform (a Wasm or Rego module): drop what is noise,
     /// widen files to their directory. Writes the model it makes.
@@ -97,18 +88,25 @@ pub enum ModelCommand {
 
 pub fn run(command: ModelCommand, out: &mut impl Write) -> anyhow::Result<()> {
     match command {
-        ModelCommand::Show { file, output } => {
+        ModelCommand::Show {
+            file,
+            output: OutputArgs { output },
+        } => {
             let model = load_model(&file)?;
             match output {
                 Output::Text => show(&model, out)?,
-                Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&model)?)?,
+                Output::Json => write_json(out, &model)?,
             }
         }
-        ModelCommand::Diff { a, b, output } => {
+        ModelCommand::Diff {
+            a,
+            b,
+            output: OutputArgs { output },
+        } => {
             let diff = ModelDiff::of(&load_model(&a)?, &load_model(&b)?);
             match output {
                 Output::Text => show_diff(&diff, out)?,
-                Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&diff)?)?,
+                Output::Json => write_json(out, &diff)?,
             }
         }
         ModelCommand::Transform {
@@ -119,7 +117,7 @@ pub fn run(command: ModelCommand, out: &mut impl Write) -> anyhow::Result<()> {
             let model = transformed(load_model(&file)?, &module, &config)?;
             match output {
                 FileOutput::Yaml => write!(out, "{}", serde_yaml::to_string(&model)?)?,
-                FileOutput::Json => writeln!(out, "{}", serde_json::to_string_pretty(&model)?)?,
+                FileOutput::Json => write_json(out, &model)?,
             }
         }
         ModelCommand::ToPolicy {
@@ -135,9 +133,7 @@ pub fn run(command: ModelCommand, out: &mut impl Write) -> anyhow::Result<()> {
             let allowlist = Allowlist::of(&model);
             match output {
                 FileOutput::Yaml => write!(out, "{}", allowlist.to_yaml())?,
-                FileOutput::Json => {
-                    writeln!(out, "{}", serde_json::to_string_pretty(&allowlist.policy)?)?
-                }
+                FileOutput::Json => write_json(out, &allowlist.policy)?,
             }
         }
     }

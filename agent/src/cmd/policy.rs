@@ -2,17 +2,25 @@
 //! rule module against its fixtures) and `policy replay` (a candidate policy over recorded
 //! events).
 
-use std::{io::Write, net::Ipv6Addr, path::Path};
+use std::{
+    collections::BTreeMap,
+    fmt::Display,
+    io::Write,
+    net::Ipv6Addr,
+    path::{Path, PathBuf},
+};
 
 use palisade_common::{
     ACTION_ALLOW, ACTION_AUDIT, ACTION_DENY, DEFAULT_CAPABILITIES, DEFAULT_MOUNT, DEFAULT_NETWORK,
-    DEFAULT_SOCKETS, PathVerdict, SOCKET_TYPE, Verdict,
+    DEFAULT_SOCKETS, SOCKET_TYPE, Verdict,
 };
+use serde::Serialize;
 
+use super::{Output, write_json};
 use crate::{
     policy::{
         CAPABILITIES, CompiledPolicy, Environment, PERMISSION_NAMES, Policy, PolicyError,
-        permission_names,
+        TrieEntry, permission_names,
     },
     rules::{RuleHost, compile_policy},
 };
@@ -33,10 +41,9 @@ pub fn load_and_compile(
     Ok((policy, compiled))
 }
 
-/// An action's bits by name, as "deny+audit"; an entry of a DefenseInDepth policy may add
-/// "allow".
-fn action_name(action: u32) -> String {
-    let names: Vec<&str> = [
+/// An action's bits by name: deny, audit, and in an entry of a DefenseInDepth policy allow.
+fn action_names(action: u32) -> Vec<&'static str> {
+    [
         (ACTION_DENY, "deny"),
         (ACTION_AUDIT, "audit"),
         (ACTION_ALLOW, "allow"),
@@ -44,7 +51,11 @@ fn action_name(action: u32) -> String {
     .into_iter()
     .filter(|(bit, _)| action & bit != 0)
     .map(|(_, name)| name)
-    .collect();
+    .collect()
+}
+
+/// Action names as text: "deny+audit", or "none".
+fn joined(names: &[&str]) -> String {
     if names.is_empty() {
         "none".to_owned()
     } else {
@@ -52,165 +63,376 @@ fn action_name(action: u32) -> String {
     }
 }
 
-fn verdict(verdict: &Verdict) -> String {
-    format!("{}(rule {})", action_name(verdict.action), verdict.rule_id)
+/// What a rule decides on one entry: its action's names and the rule's number.
+#[derive(Serialize)]
+struct Decision {
+    action: Vec<&'static str>,
+    rule: u32,
 }
 
-fn path_verdict_text(path_verdict: &PathVerdict) -> String {
-    let mut parts: Vec<String> = PERMISSION_NAMES
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| path_verdict.action[*i] != 0)
-        .map(|(i, name)| {
-            format!(
-                "{name}={}",
-                verdict(&Verdict {
-                    action: path_verdict.action[i],
-                    rule_id: path_verdict.rule_id[i]
-                })
-            )
-        })
-        .collect();
-    if path_verdict.glob_mask != 0 {
-        parts.push(format!("globs={:#x}", path_verdict.glob_mask));
+impl Decision {
+    fn of(verdict: &Verdict) -> Self {
+        Self {
+            action: action_names(verdict.action),
+            rule: verdict.rule_id,
+        }
     }
-    parts.join(" ")
+}
+
+impl Display for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}(rule {})", joined(&self.action), self.rule)
+    }
+}
+
+/// The map entries a policy compiles to, as `policy compile` shows them. Map keys are bytes,
+/// shown escaped (`\xNN`); a suffix key is reversed, as the kernel stores it.
+#[derive(Serialize)]
+struct CompiledEntries {
+    policy: String,
+    rules: Vec<RuleRow>,
+    /// DefenseInDepth: the kinds of access denied unless an entry allows them.
+    denied_unless_allowed: Option<DefaultDeny>,
+    capabilities: Vec<Named>,
+    /// The on/off rule classes (mount, userns_create, ptrace_outside, ...).
+    switches: Vec<Named>,
+    mount_types: Vec<Named>,
+    sockets: Vec<SocketRow>,
+    network: Vec<NetworkRow>,
+    path_prefixes: Vec<PathRow>,
+    path_suffixes: Vec<PathRow>,
+    globs: Vec<GlobRow>,
+}
+
+#[derive(Serialize)]
+struct RuleRow {
+    /// What entries name the rule by (from 1).
+    id: usize,
+    name: String,
+    action: &'static str,
+}
+
+#[derive(Serialize)]
+struct DefaultDeny {
+    kinds: Vec<&'static str>,
+    #[serde(flatten)]
+    decision: Decision,
+}
+
+#[derive(Serialize)]
+struct Named {
+    name: String,
+    #[serde(flatten)]
+    decision: Decision,
+}
+
+#[derive(Serialize)]
+struct SocketRow {
+    family: u32,
+    /// A protocol number, or None for a socket type's entry or for any protocol.
+    protocol: Option<u32>,
+    #[serde(rename = "type")]
+    socket_type: Option<u32>,
+    #[serde(flatten)]
+    decision: Decision,
+}
+
+#[derive(Serialize)]
+struct NetworkRow {
+    /// A CIDR block; IPv4 blocks as IPv4.
+    address: String,
+    /// 0: every protocol.
+    protocol: u8,
+    /// 0: every port.
+    port: u16,
+    #[serde(flatten)]
+    decision: Decision,
+}
+
+#[derive(Serialize)]
+struct PathRow {
+    key: String,
+    permissions: Vec<PermissionDecision>,
+    /// Bit i: glob i applies to paths with this prefix (or suffix).
+    glob_mask: u64,
+}
+
+#[derive(Serialize)]
+struct PermissionDecision {
+    permission: &'static str,
+    #[serde(flatten)]
+    decision: Decision,
+}
+
+#[derive(Serialize)]
+struct GlobRow {
+    index: usize,
+    permissions: &'static [&'static str],
+    #[serde(flatten)]
+    decision: Decision,
+    /// The shortest path it matches, in bytes.
+    min_len: u32,
 }
 
 fn escaped(key: &[u8]) -> String {
     key.escape_ascii().to_string()
 }
 
-pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "policy \"{}\": {} rules, {} prefix entries, {} suffix entries, {} globs, {} mount types, \
-         {} socket entries, {} network entries",
-        compiled.name(),
-        compiled.rules().len(),
-        compiled.entries().prefixes.len(),
-        compiled.entries().suffixes.len(),
-        compiled.entries().globs.len(),
-        compiled.entries().mount_types.len(),
-        compiled.entries().sockets.len(),
-        compiled.entries().network.len(),
-    )?;
-    for (index, rule) in compiled.rules().iter().enumerate() {
-        writeln!(
-            out,
-            "rule {} \"{}\": {}",
-            index + 1,
-            rule.name,
-            rule.action.name()
-        )?;
-    }
-    let switches = &compiled.entries().switches;
-    if switches.defaults != 0 {
-        let mut denied = permission_names(switches.defaults).to_vec();
-        for (bit, name) in [
-            (DEFAULT_CAPABILITIES, "capabilities"),
-            (DEFAULT_NETWORK, "network"),
-            (DEFAULT_SOCKETS, "sockets"),
-            (DEFAULT_MOUNT, "mount"),
-        ] {
-            if switches.defaults & bit != 0 {
-                denied.push(name);
+fn path_rows(entries: &[TrieEntry]) -> Vec<PathRow> {
+    entries
+        .iter()
+        .map(|entry| PathRow {
+            key: escaped(&entry.key),
+            permissions: PERMISSION_NAMES
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| entry.verdict.action[*i] != 0)
+                .map(|(i, permission)| PermissionDecision {
+                    permission,
+                    decision: Decision::of(&Verdict {
+                        action: entry.verdict.action[i],
+                        rule_id: entry.verdict.rule_id[i],
+                    }),
+                })
+                .collect(),
+            glob_mask: entry.verdict.glob_mask,
+        })
+        .collect()
+}
+
+impl CompiledEntries {
+    fn of(compiled: &CompiledPolicy) -> Self {
+        let entries = compiled.entries();
+        let switches = &entries.switches;
+        let denied_unless_allowed = (switches.defaults != 0).then(|| {
+            let mut kinds = permission_names(switches.defaults).to_vec();
+            for (bit, name) in [
+                (DEFAULT_CAPABILITIES, "capabilities"),
+                (DEFAULT_NETWORK, "network"),
+                (DEFAULT_SOCKETS, "sockets"),
+                (DEFAULT_MOUNT, "mount"),
+            ] {
+                if switches.defaults & bit != 0 {
+                    kinds.push(name);
+                }
             }
+            DefaultDeny {
+                kinds,
+                decision: Decision::of(&switches.default_deny),
+            }
+        });
+        let named = |name: &str, verdict: &Verdict| Named {
+            name: name.to_owned(),
+            decision: Decision::of(verdict),
+        };
+        let capabilities = CAPABILITIES
+            .iter()
+            .zip(&switches.capability)
+            .filter(|(_, verdict)| verdict.action != 0)
+            .map(|(name, verdict)| named(name, verdict))
+            .collect();
+        let switch_list = [
+            ("userns_capability", &switches.userns_capability),
+            ("mount", &switches.mount),
+            ("mount_block_device", &switches.mount_block_device),
+            ("umount", &switches.umount),
+            ("userns_create", &switches.userns_create),
+            ("bpf_prog_load", &switches.bpf_prog_load),
+            ("setsockopt_bpf", &switches.setsockopt_bpf),
+            ("ptrace_outside", &switches.ptrace_outside),
+            ("chmod_exec_bits", &switches.chmod_exec_bits),
+            ("chmod_setid_bits", &switches.chmod_setid_bits),
+            ("block_device_open", &switches.block_device_open),
+        ];
+        let mount_types = entries
+            .mount_types
+            .iter()
+            .map(|(fs_type, verdict)| {
+                let end = fs_type
+                    .iter()
+                    .position(|b| *b == 0)
+                    .unwrap_or(fs_type.len());
+                named(&escaped(&fs_type[..end]), verdict)
+            })
+            .collect();
+        let sockets = entries
+            .sockets
+            .iter()
+            .map(|&((family, protocol), ref verdict)| {
+                let (protocol, socket_type) = match protocol {
+                    palisade_common::ANY_PROTOCOL => (None, None),
+                    protocol if protocol & SOCKET_TYPE != 0 => {
+                        (None, Some(protocol & !SOCKET_TYPE))
+                    }
+                    protocol => (Some(protocol), None),
+                };
+                SocketRow {
+                    family,
+                    protocol,
+                    socket_type,
+                    decision: Decision::of(verdict),
+                }
+            })
+            .collect();
+        let network = entries
+            .network
+            .iter()
+            .map(|entry| {
+                let address = Ipv6Addr::from(entry.block.addr);
+                let address = match address.to_ipv4_mapped() {
+                    Some(v4) if entry.block.bits >= 96 => format!("{v4}/{}", entry.block.bits - 96),
+                    _ => format!("{address}/{}", entry.block.bits),
+                };
+                NetworkRow {
+                    address,
+                    protocol: entry.protocol,
+                    port: entry.port,
+                    decision: Decision::of(&entry.verdict),
+                }
+            })
+            .collect();
+        let globs = entries
+            .globs
+            .iter()
+            .enumerate()
+            .map(|(index, glob)| GlobRow {
+                index,
+                permissions: permission_names(glob.perms),
+                decision: Decision::of(&Verdict {
+                    action: glob.action,
+                    rule_id: glob.rule_id,
+                }),
+                min_len: glob.min_len,
+            })
+            .collect();
+        Self {
+            policy: compiled.name().to_owned(),
+            rules: compiled
+                .rules()
+                .iter()
+                .enumerate()
+                .map(|(index, rule)| RuleRow {
+                    id: index + 1,
+                    name: rule.name.clone(),
+                    action: rule.action.name(),
+                })
+                .collect(),
+            denied_unless_allowed,
+            capabilities,
+            switches: switch_list
+                .into_iter()
+                .filter(|(_, verdict)| verdict.action != 0)
+                .map(|(name, verdict)| named(name, verdict))
+                .collect(),
+            mount_types,
+            sockets,
+            network,
+            path_prefixes: path_rows(&entries.prefixes),
+            path_suffixes: path_rows(&entries.suffixes),
+            globs,
         }
+    }
+
+    fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
         writeln!(
             out,
-            "denied unless allowed: {}: {}",
-            denied.join(","),
-            verdict(&switches.default_deny)
+            "policy \"{}\": {} rules, {} prefix entries, {} suffix entries, {} globs, {} mount \
+             types, {} socket entries, {} network entries",
+            self.policy,
+            self.rules.len(),
+            self.path_prefixes.len(),
+            self.path_suffixes.len(),
+            self.globs.len(),
+            self.mount_types.len(),
+            self.sockets.len(),
+            self.network.len(),
         )?;
-    }
-    for (cap, name) in CAPABILITIES.iter().enumerate() {
-        if switches.capability[cap].action != 0 {
+        for rule in &self.rules {
+            writeln!(out, "rule {} \"{}\": {}", rule.id, rule.name, rule.action)?;
+        }
+        if let Some(denied) = &self.denied_unless_allowed {
             writeln!(
                 out,
-                "capability {name}: {}",
-                verdict(&switches.capability[cap])
+                "denied unless allowed: {}: {}",
+                denied.kinds.join(","),
+                denied.decision
             )?;
         }
-    }
-    let named = [
-        ("userns_capability", &switches.userns_capability),
-        ("mount", &switches.mount),
-        ("mount_block_device", &switches.mount_block_device),
-        ("umount", &switches.umount),
-        ("userns_create", &switches.userns_create),
-        ("bpf_prog_load", &switches.bpf_prog_load),
-        ("setsockopt_bpf", &switches.setsockopt_bpf),
-        ("ptrace_outside", &switches.ptrace_outside),
-        ("chmod_exec_bits", &switches.chmod_exec_bits),
-        ("chmod_setid_bits", &switches.chmod_setid_bits),
-        ("block_device_open", &switches.block_device_open),
-    ];
-    for (name, switch) in named {
-        if switch.action != 0 {
-            writeln!(out, "{name}: {}", verdict(switch))?;
+        for capability in &self.capabilities {
+            writeln!(
+                out,
+                "capability {}: {}",
+                capability.name, capability.decision
+            )?;
         }
+        for switch in &self.switches {
+            writeln!(out, "{}: {}", switch.name, switch.decision)?;
+        }
+        for mount_type in &self.mount_types {
+            writeln!(
+                out,
+                "mount_types \"{}\": {}",
+                mount_type.name, mount_type.decision
+            )?;
+        }
+        for socket in &self.sockets {
+            let protocol = match (socket.protocol, socket.socket_type) {
+                (Some(protocol), _) => format!("protocol {protocol}"),
+                (None, Some(socket_type)) => format!("type {socket_type}"),
+                (None, None) => "protocol any".to_owned(),
+            };
+            writeln!(
+                out,
+                "sockets family {} {protocol}: {}",
+                socket.family, socket.decision
+            )?;
+        }
+        for entry in &self.network {
+            writeln!(
+                out,
+                "network {} protocol {} port {}: {}",
+                entry.address, entry.protocol, entry.port, entry.decision
+            )?;
+        }
+        for (title, rows) in [
+            ("path_prefixes", &self.path_prefixes),
+            ("path_suffixes (reversed)", &self.path_suffixes),
+        ] {
+            for row in rows {
+                let mut parts: Vec<String> = row
+                    .permissions
+                    .iter()
+                    .map(|permission| format!("{}={}", permission.permission, permission.decision))
+                    .collect();
+                if row.glob_mask != 0 {
+                    parts.push(format!("globs={:#x}", row.glob_mask));
+                }
+                writeln!(out, "{title} \"{}\": {}", row.key, parts.join(" "))?;
+            }
+        }
+        for glob in &self.globs {
+            writeln!(
+                out,
+                "globs[{}]: {} {} (rule {}), paths of at least {} bytes",
+                glob.index,
+                joined(&glob.decision.action),
+                glob.permissions.join(","),
+                glob.decision.rule,
+                glob.min_len
+            )?;
+        }
+        Ok(())
     }
-    for (fs_type, rule) in &compiled.entries().mount_types {
-        let end = fs_type
-            .iter()
-            .position(|b| *b == 0)
-            .unwrap_or(fs_type.len());
-        writeln!(
-            out,
-            "mount_types \"{}\": {}",
-            escaped(&fs_type[..end]),
-            verdict(rule)
-        )?;
-    }
-    for ((family, protocol), rule) in &compiled.entries().sockets {
-        let protocol = match *protocol {
-            palisade_common::ANY_PROTOCOL => "protocol any".to_owned(),
-            protocol if protocol & SOCKET_TYPE != 0 => format!("type {}", protocol & !SOCKET_TYPE),
-            protocol => format!("protocol {protocol}"),
-        };
-        writeln!(out, "sockets family {family} {protocol}: {}", verdict(rule))?;
-    }
-    for entry in &compiled.entries().network {
-        let address = Ipv6Addr::from(entry.block.addr);
-        let address = match address.to_ipv4_mapped() {
-            Some(v4) if entry.block.bits >= 96 => format!("{v4}/{}", entry.block.bits - 96),
-            _ => format!("{address}/{}", entry.block.bits),
-        };
-        writeln!(
-            out,
-            "network {address} protocol {} port {}: {}",
-            entry.protocol,
-            entry.port,
-            verdict(&entry.verdict)
-        )?;
-    }
-    for entry in &compiled.entries().prefixes {
-        writeln!(
-            out,
-            "path_prefixes \"{}\": {}",
-            escaped(&entry.key),
-            path_verdict_text(&entry.verdict)
-        )?;
-    }
-    for entry in &compiled.entries().suffixes {
-        writeln!(
-            out,
-            "path_suffixes (reversed) \"{}\": {}",
-            escaped(&entry.key),
-            path_verdict_text(&entry.verdict)
-        )?;
-    }
-    for (index, glob) in compiled.entries().globs.iter().enumerate() {
-        let perms = permission_names(glob.perms);
-        writeln!(
-            out,
-            "globs[{index}]: {} {} (rule {}), paths of at least {} bytes",
-            action_name(glob.action),
-            perms.join(","),
-            glob.rule_id,
-            glob.min_len
-        )?;
+}
+
+/// `palisade policy compile FILE`: prints the map entries the policy compiles to.
+pub fn compile(file: &Path, output: Output, out: &mut impl Write) -> anyhow::Result<()> {
+    let host = RuleHost::new(None)?;
+    let (_, compiled) = load_and_compile(&host, file)?;
+    let entries = CompiledEntries::of(&compiled);
+    match output {
+        Output::Text => entries.write_text(out)?,
+        Output::Json => write_json(out, &entries)?,
     }
     Ok(())
 }
@@ -218,7 +440,12 @@ pub fn print(compiled: &CompiledPolicy, out: &mut impl Write) -> std::io::Result
 /// `palisade policy test DIR`: runs the built rule module (`--module FILE`, or DIR's crate built
 /// now) on the fixtures in DIR/fixtures (or DIR), in the agent's sandbox. Returns whether every
 /// fixture passed.
-pub fn test(dir: &Path, module: Option<&Path>, out: &mut impl Write) -> anyhow::Result<bool> {
+pub fn test(
+    dir: &Path,
+    module: Option<&Path>,
+    output: Output,
+    out: &mut impl Write,
+) -> anyhow::Result<bool> {
     use palisade_rule_sdk::testing::{NamedFixture, mismatch, read_fixtures};
 
     use palisade_rule_sdk::JsonEvent;
@@ -248,7 +475,7 @@ pub fn test(dir: &Path, module: Option<&Path>, out: &mut impl Write) -> anyhow::
         node: "fixture-node".to_owned(),
         kube_apiserver: vec!["10.96.0.1".to_owned()],
     };
-    let mut failed = 0;
+    let mut results = Vec::new();
     for (name, fixture) in &fixtures {
         let mismatch = mismatch(
             fixture,
@@ -264,36 +491,73 @@ pub fn test(dir: &Path, module: Option<&Path>, out: &mut impl Write) -> anyhow::
                     .map_err(|err| err.to_string())
             },
         );
-        match mismatch {
-            None => writeln!(out, "ok      {name}")?,
-            Some(mismatch) => {
-                failed += 1;
-                writeln!(out, "FAILED  {name}: {mismatch}")?;
-            }
-        }
+        results.push(FixtureResult {
+            name: name.clone(),
+            passed: mismatch.is_none(),
+            mismatch,
+        });
     }
-    writeln!(
-        out,
-        "{} passed, {failed} failed ({}, sha256 {})",
-        fixtures.len() - failed,
-        module.display(),
-        loaded.digest
-    )?;
+    let failed = results.iter().filter(|result| !result.passed).count();
+    let report = TestReport {
+        module: module.to_owned(),
+        sha256: loaded.digest.clone(),
+        passed: results.len() - failed,
+        failed,
+        fixtures: results,
+    };
+    match output {
+        Output::Text => {
+            for fixture in &report.fixtures {
+                match &fixture.mismatch {
+                    None => writeln!(out, "ok      {}", fixture.name)?,
+                    Some(mismatch) => writeln!(out, "FAILED  {}: {mismatch}", fixture.name)?,
+                }
+            }
+            writeln!(
+                out,
+                "{} passed, {failed} failed ({}, sha256 {})",
+                report.passed,
+                report.module.display(),
+                report.sha256
+            )?;
+        }
+        Output::Json => write_json(out, &report)?,
+    }
     Ok(failed == 0)
+}
+
+/// What `policy test` found.
+#[derive(Serialize)]
+struct TestReport {
+    module: PathBuf,
+    sha256: String,
+    passed: usize,
+    failed: usize,
+    fixtures: Vec<FixtureResult>,
+}
+
+#[derive(Serialize)]
+struct FixtureResult {
+    name: String,
+    passed: bool,
+    /// How the module's answer differs from the fixture's; None when it passed.
+    mismatch: Option<String>,
 }
 
 /// `palisade policy replay --events FILE --policy FILE`: which recorded events the candidate
 /// policy would have denied or audited, per rule.
-pub fn replay(events: &Path, policy_file: &Path, out: &mut impl Write) -> anyhow::Result<()> {
-    use std::collections::BTreeMap;
-
+pub fn replay(
+    events: &Path,
+    policy_file: &Path,
+    output: Output,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let host = RuleHost::new(None)?;
     let (_, candidate) = load_and_compile(&host, policy_file)?;
     let text = std::fs::read_to_string(events)
         .map_err(|err| anyhow::anyhow!("reading {}: {err}", events.display()))?;
-    // rule -> (denied, audited, an example)
-    let mut by_rule: BTreeMap<String, (u64, u64, String)> = BTreeMap::new();
-    let (mut replayed, mut unmatched) = (0u64, 0u64);
+    let mut by_rule: BTreeMap<String, RuleCount> = BTreeMap::new();
+    let (mut replayed, mut matched_no_rule) = (0, 0);
     let mut not_replayable: BTreeMap<String, u64> = BTreeMap::new();
     for (number, line) in text.lines().enumerate() {
         let event: serde_json::Value = serde_json::from_str(line).map_err(|err| {
@@ -306,49 +570,96 @@ pub fn replay(events: &Path, policy_file: &Path, out: &mut impl Write) -> anyhow
         };
         replayed += 1;
         if verdict.action == 0 {
-            unmatched += 1;
+            matched_no_rule += 1;
             continue;
         }
         let rule = candidate
             .rule_name(verdict.rule_id)
             .unwrap_or("unknown")
             .to_owned();
-        let entry = by_rule.entry(rule).or_insert_with(|| {
+        let count = by_rule.entry(rule.clone()).or_insert_with(|| {
             let what = ["path", "capability", "fs_type"]
                 .iter()
                 .find_map(|field| event[field].as_str().filter(|value| !value.is_empty()))
                 .map(str::to_owned)
                 .or_else(|| event["socket"]["address"].as_str().map(str::to_owned))
                 .unwrap_or_default();
-            (
-                0,
-                0,
-                format!(
+            RuleCount {
+                rule,
+                would_deny: 0,
+                would_audit: 0,
+                example: format!(
                     "{} {} {what}",
                     event["comm"].as_str().unwrap_or(""),
                     event["hook"].as_str().unwrap_or("")
                 ),
-            )
+            }
         });
         if verdict.action & ACTION_DENY != 0 {
-            entry.0 += 1;
+            count.would_deny += 1;
         } else {
-            entry.1 += 1;
+            count.would_audit += 1;
         }
     }
-    writeln!(
-        out,
-        "policy \"{}\" over {}: {replayed} events replayed, {} not replayable, {unmatched} matched no rule",
-        candidate.name(),
-        events.display(),
-        not_replayable.values().sum::<u64>(),
-    )?;
-    writeln!(out, "WOULD DENY  WOULD AUDIT  RULE  (example)")?;
-    for (rule, (denied, audited, example)) in &by_rule {
-        writeln!(out, "{denied:>10}  {audited:>11}  {rule}  ({example})")?;
-    }
-    for (hook, count) in &not_replayable {
-        writeln!(out, "not replayable: {count} {hook} events")?;
+    let report = ReplayReport {
+        policy: candidate.name().to_owned(),
+        events: events.to_owned(),
+        replayed,
+        matched_no_rule,
+        not_replayable,
+        rules: by_rule.into_values().collect(),
+    };
+    match output {
+        Output::Text => report.write_text(out)?,
+        Output::Json => write_json(out, &report)?,
     }
     Ok(())
+}
+
+/// What `policy replay` found: events counted per rule that would have denied or audited them.
+#[derive(Serialize)]
+struct ReplayReport {
+    policy: String,
+    events: PathBuf,
+    replayed: u64,
+    matched_no_rule: u64,
+    /// Events of hooks the replay cannot decide, by hook.
+    not_replayable: BTreeMap<String, u64>,
+    /// By rule name.
+    rules: Vec<RuleCount>,
+}
+
+#[derive(Serialize)]
+struct RuleCount {
+    rule: String,
+    would_deny: u64,
+    would_audit: u64,
+    /// The first such event: "COMM HOOK WHAT".
+    example: String,
+}
+
+impl ReplayReport {
+    fn write_text(&self, out: &mut impl Write) -> std::io::Result<()> {
+        writeln!(
+            out,
+            "policy \"{}\" over {}: {} events replayed, {} not replayable, {} matched no rule",
+            self.policy,
+            self.events.display(),
+            self.replayed,
+            self.not_replayable.values().sum::<u64>(),
+            self.matched_no_rule,
+        )?;
+        writeln!(out, "WOULD DENY  WOULD AUDIT  RULE  (example)")?;
+        for count in &self.rules {
+            writeln!(
+                out,
+                "{:>10}  {:>11}  {}  ({})",
+                count.would_deny, count.would_audit, count.rule, count.example
+            )?;
+        }
+        for (hook, count) in &self.not_replayable {
+            writeln!(out, "not replayable: {count} {hook} events")?;
+        }
+        Ok(())
+    }
 }

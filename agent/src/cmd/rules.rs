@@ -1,8 +1,12 @@
 //! `palisade rules build DIR` and `palisade rules inspect FILE`: make and check rule modules.
 
-use std::{io::Write, path::PathBuf};
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+};
 
-use crate::rules::RuleHost;
+use super::{Output, OutputArgs, write_json};
+use crate::rules::{Inspection, RuleHost};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum RulesCommand {
@@ -20,6 +24,8 @@ pub enum RulesCommand {
     Inspect {
         /// A built module (.wasm).
         file: PathBuf,
+        #[command(flatten)]
+        output: OutputArgs,
     },
 }
 
@@ -39,23 +45,48 @@ pub fn run(command: RulesCommand, out: &mut impl Write) -> anyhow::Result<bool> 
             writeln!(out, "{digest}  {}", file.display())?;
             Ok(true)
         }
-        RulesCommand::Inspect { file } => {
+        RulesCommand::Inspect {
+            file,
+            output: OutputArgs { output },
+        } => {
             let inspection = RuleHost::new(None)?.inspect(&file)?;
-            writeln!(out, "module   {}", file.display())?;
-            writeln!(out, "sha256   {}", inspection.digest)?;
-            writeln!(out, "kind     {}", inspection.kind)?;
-            writeln!(out, "size     {} bytes", inspection.size)?;
-            for import in &inspection.imports {
-                writeln!(out, "import   {import}")?;
+            match output {
+                Output::Text => {
+                    writeln!(out, "module   {}", file.display())?;
+                    writeln!(out, "sha256   {}", inspection.digest)?;
+                    writeln!(out, "kind     {}", inspection.kind)?;
+                    writeln!(out, "size     {} bytes", inspection.size)?;
+                    for import in &inspection.imports {
+                        writeln!(out, "import   {import}")?;
+                    }
+                    for export in &inspection.exports {
+                        writeln!(out, "export   {export}")?;
+                    }
+                    match &inspection.refused {
+                        None => writeln!(out, "abi      ok: this agent runs it")?,
+                        Some(reason) => writeln!(out, "abi      refused: {reason}")?,
+                    }
+                }
+                Output::Json => write_json(
+                    out,
+                    &Inspected {
+                        module: &file,
+                        runnable: inspection.refused.is_none(),
+                        inspection: &inspection,
+                    },
+                )?,
             }
-            for export in &inspection.exports {
-                writeln!(out, "export   {export}")?;
-            }
-            match &inspection.runnable {
-                Ok(()) => writeln!(out, "abi      ok: this agent runs it")?,
-                Err(reason) => writeln!(out, "abi      refused: {reason}")?,
-            }
-            Ok(inspection.runnable.is_ok())
+            Ok(inspection.refused.is_none())
         }
     }
+}
+
+/// `rules inspect --output json`: the module's file and whether this agent runs it, then what
+/// it is.
+#[derive(serde::Serialize)]
+struct Inspected<'a> {
+    module: &'a Path,
+    runnable: bool,
+    #[serde(flatten)]
+    inspection: &'a Inspection,
 }

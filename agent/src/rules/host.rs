@@ -380,19 +380,34 @@ impl Compiled for wasmtime::Module {
     }
 }
 
-/// What a module file is, and whether this agent can run it.
-#[derive(Debug)]
+/// What a module file is, and whether this agent can run it (`rules inspect --output json`
+/// prints it).
+#[derive(Debug, serde::Serialize)]
 pub struct Inspection {
     /// SHA-256 of the file, in hex: what a policy's `sha256` must say.
+    #[serde(rename = "sha256")]
     pub digest: String,
     /// What the agent takes the module for, and the ABI it must follow.
     pub kind: String,
     pub size: usize,
-    /// "NAME (KIND)" of each import and export.
-    pub imports: Vec<String>,
-    pub exports: Vec<String>,
-    /// Ok, or why this agent refuses it.
-    pub runnable: Result<(), String>,
+    pub imports: Vec<Item>,
+    pub exports: Vec<Item>,
+    /// Why this agent refuses to run it; None when it runs it.
+    pub refused: Option<String>,
+}
+
+/// An import or export of a module.
+#[derive(Debug, serde::Serialize)]
+pub struct Item {
+    pub name: String,
+    /// function, interface, module or type for a component; core for a core module's.
+    pub kind: &'static str,
+}
+
+impl std::fmt::Display for Item {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name, self.kind)
+    }
 }
 
 fn item_kind(item: &wasmtime::component::types::ComponentItem) -> &'static str {
@@ -424,18 +439,26 @@ impl RuleHost {
             Artifact::Rego(module) => (
                 module
                     .imports()
-                    .map(|import| format!("{}.{} (core)", import.module(), import.name()))
+                    .map(|import| Item {
+                        name: format!("{}.{}", import.module(), import.name()),
+                        kind: "core",
+                    })
                     .collect(),
                 module
                     .exports()
-                    .map(|export| format!("{} (core)", export.name()))
+                    .map(|export| Item {
+                        name: export.name().to_owned(),
+                        kind: "core",
+                    })
                     .collect(),
             ),
             Artifact::Component(component) => {
                 let ty = component.component_type();
-                let named = |(name, item): (&str, wasmtime::component::types::ComponentExtern)| {
-                    format!("{name} ({})", item_kind(&item.ty))
-                };
+                let named =
+                    |(name, item): (&str, wasmtime::component::types::ComponentExtern)| Item {
+                        name: name.to_owned(),
+                        kind: item_kind(&item.ty),
+                    };
                 (
                     ty.imports(&self.engine).map(named).collect(),
                     ty.exports(&self.engine).map(named).collect(),
@@ -460,7 +483,7 @@ impl RuleHost {
             kind,
             imports,
             exports,
-            runnable: admitted.map(drop).map_err(|err| err.to_string()),
+            refused: admitted.err().map(|err| err.to_string()),
             size: bytes.len(),
             digest,
         })

@@ -674,6 +674,21 @@ fn doctor_reports_ready() {
     assert!(out.status.success(), "{report}");
     assert!(report.contains("bpf is active"), "{report}");
     assert!(report.contains("READY"), "{report}");
+    let out = Command::new(binary("PALISADE_BIN"))
+        .args(["doctor", "--output", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ready"], true, "{report}");
+    assert_eq!(
+        report["programs_error"],
+        serde_json::Value::Null,
+        "{report}"
+    );
+    assert_eq!(report["lsm_list"]["bpf"], true, "{report}");
+    assert_eq!(report["program_types"][0]["type"], "lsm");
+    assert_eq!(report["program_types"][0]["loads"], true, "{report}");
 }
 
 #[test]
