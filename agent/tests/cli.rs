@@ -257,6 +257,51 @@ fn completions_cover_every_command_in_each_shell() {
 }
 
 #[test]
+fn agent_refuses_falcosidekick_tls_settings_it_cannot_use_before_loading_anything() {
+    let dir = scratch("falcosidekick-tls");
+    let agent = |url: &str, tls: &[&str]| {
+        let args = [
+            &[
+                "agent",
+                "--policy-dir",
+                dir.to_str().unwrap(),
+                "--falcosidekick-url",
+                url,
+            ],
+            tls,
+        ]
+        .concat();
+        palisade(&args)
+    };
+    let (code, _, err) = agent(
+        "http://127.0.0.1:2801/",
+        &["--falcosidekick-ca", "/etc/hostname"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(
+        err,
+        "palisade: error: --falcosidekick-ca and --falcosidekick-cert are for an https:// \
+         --falcosidekick-url, not http://127.0.0.1:2801/\n"
+    );
+    let (code, _, err) = agent(
+        "https://127.0.0.1:2801/",
+        &["--falcosidekick-ca", "/nonexistent/ca.crt"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.starts_with("palisade: error: /nonexistent/ca.crt: "),
+        "{err}"
+    );
+    // A key without its certificate: a usage error.
+    let (code, _, err) = agent(
+        "https://127.0.0.1:2801/",
+        &["--falcosidekick-key", "tls.key"],
+    );
+    assert_eq!(code, 2, "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn run_exits_125_when_its_policy_cannot_be_read() {
     let (code, out, err) = palisade(&["run", "--policy", "/nonexistent/policy.yaml", "--", "true"]);
     assert_eq!(code, 125, "{err}");

@@ -24,9 +24,9 @@ use super::session::{Session, json_sink};
 use crate::{
     behavior::{ModelDir, Models},
     bpf::{AuditRate, Enforcer, MapSizes, PinnedState},
-    events::{Deciding, FalcoSink, JsonLines, Rotation, Sink},
+    events::{Deciding, FalcoSink, FalcoWorker, JsonLines, Rotation, Sink},
     files::{Change, PolicyDir},
-    http::Endpoints,
+    http::{Endpoints, client::TlsFiles},
     k8s::{Cluster, DaemonSetName, Owner, Reconciler},
     metrics::{KernelSnapshot, Metrics},
     policy::Environment,
@@ -107,9 +107,20 @@ pub struct AgentArgs {
     #[arg(long)]
     pub bpf_stats: bool,
     /// Also post every audit event, in Falco's output format, to Falcosidekick at URL
-    /// (http://HOST:2801/).
+    /// (http://HOST:2801/, or https:// to its tlsserver).
     #[arg(long, value_name = "URL")]
     pub falcosidekick_url: Option<String>,
+    /// PEM file of the CA certificates that verify an https:// Falcosidekick, trusted besides
+    /// the system's (the agent's image has none).
+    #[arg(long, value_name = "FILE", requires = "falcosidekick_url")]
+    pub falcosidekick_ca: Option<PathBuf>,
+    /// PEM certificate chain (the agent's first) presented to an https:// Falcosidekick that
+    /// asks for one (its tlsserver.mutualtls).
+    #[arg(long, value_name = "FILE", requires_all = ["falcosidekick_url", "falcosidekick_key"])]
+    pub falcosidekick_cert: Option<PathBuf>,
+    /// PEM private key of --falcosidekick-cert (PKCS#8, PKCS#1 or SEC1, not encrypted).
+    #[arg(long, value_name = "FILE", requires = "falcosidekick_cert")]
+    pub falcosidekick_key: Option<PathBuf>,
     /// Events queued for Falcosidekick while it is slow or down; more are counted and dropped.
     #[arg(long, value_name = "EVENTS", default_value_t = 10_000)]
     pub falcosidekick_queue: usize,
@@ -236,6 +247,32 @@ fn reconcile(source: &mut Source, enforcer: &mut Enforcer, retired: &mut bool) {
     }
 }
 
+/// The Falcosidekick sink of `url`, with the TLS files the arguments name, and its worker.
+fn falcosidekick(
+    url: &str,
+    args: &AgentArgs,
+    metrics: &Metrics,
+) -> anyhow::Result<(FalcoSink, FalcoWorker)> {
+    let tls = TlsFiles {
+        ca: args.falcosidekick_ca.clone(),
+        identity: args
+            .falcosidekick_cert
+            .clone()
+            .zip(args.falcosidekick_key.clone()),
+    };
+    anyhow::ensure!(
+        url.starts_with("https://") || (tls.ca.is_none() && tls.identity.is_none()),
+        "--falcosidekick-ca and --falcosidekick-cert are for an https:// --falcosidekick-url, \
+         not {url}"
+    );
+    Ok(FalcoSink::start(
+        url,
+        &tls,
+        args.falcosidekick_queue,
+        metrics.http_sink.clone(),
+    )?)
+}
+
 pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     if let Some(dir) = &args.policy_dir {
         anyhow::ensure!(
@@ -244,6 +281,12 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             dir.display()
         );
     }
+    let metrics = Arc::new(Metrics::new());
+    // Before the programs load: a bad URL or TLS file stops the agent at once.
+    let falco = match &args.falcosidekick_url {
+        Some(url) => Some(falcosidekick(url, &args, &metrics)?),
+        None => None,
+    };
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut enforcer = Enforcer::load_pinned(PinnedState::new(&args.bpffs), &args.map_sizes())
@@ -257,7 +300,6 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     if args.bpf_stats {
         enforcer.measure_cost()?;
     }
-    let metrics = Arc::new(Metrics::new());
     if enforcer.replaced_pinned_state() {
         metrics.pinned_state_replaced.inc();
     }
@@ -276,15 +318,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         &enforcer.protected_files(),
         JsonLines::new("stdout", Box::new(std::io::stdout())),
     )?)];
-    let falco_worker = match &args.falcosidekick_url {
-        Some(url) => {
-            let (sink, worker) =
-                FalcoSink::start(url, args.falcosidekick_queue, metrics.http_sink.clone())?;
-            sinks.push(Box::new(sink));
-            Some(worker)
-        }
-        None => None,
-    };
+    let falco_worker = falco.map(|(sink, worker)| {
+        sinks.push(Box::new(sink));
+        worker
+    });
     let mut session = Session::start(enforcer, deciding, sinks, pods.clone())?;
     // After the event worker started: it keeps the default priority.
     prioritise_this_thread();

@@ -31,15 +31,20 @@ pub struct TopArgs {
 /// Shows the agent's decisions every `interval`: redrawn in place on a `terminal`, otherwise
 /// (a pipe, a file) one screen after another, separated by a blank line, with no control codes.
 pub async fn run(args: TopArgs, out: &mut impl Write, terminal: bool) -> anyhow::Result<()> {
-    let mut client = Client::new(&format!("http://{}/metrics", args.address))?;
+    let client = Client::new(&format!("http://{}/metrics", args.address))?;
     let mut previous: Option<(Instant, View)> = None;
     loop {
-        let (status, body) = client
+        let answer = client
             .get()
             .await
             .with_context(|| format!("reading {}", client.url()))?;
-        anyhow::ensure!(status.is_success(), "{}: {status}", client.url());
-        let view = View::parse(&String::from_utf8_lossy(&body))?;
+        anyhow::ensure!(
+            answer.status.is_success(),
+            "{}: {}",
+            client.url(),
+            answer.status
+        );
+        let view = View::parse(&String::from_utf8_lossy(&answer.body))?;
         let now = Instant::now();
         let since = previous
             .as_ref()

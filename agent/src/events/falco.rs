@@ -1,9 +1,11 @@
 //! Events posted to Falcosidekick in Falco's JSON output format, so that every output it
 //! supports (Slack, Loki, Elasticsearch, a SIEM...) works with Palisade. A bounded queue sits
 //! between the event loop and the HTTP worker: when the receiver is down, events wait and are
-//! retried in order; when the queue is full, new events are counted as overflow and dropped.
+//! retried in order, with a jittered backoff (so that a cluster's agents do not all retry at
+//! once after an outage) and no sooner than a `Retry-After` asks; when the queue is full, new
+//! events are counted as overflow and dropped.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use hyper::StatusCode;
@@ -14,13 +16,15 @@ use tracing::{info, warn};
 use super::{AuditEvent, ModuleFailure, Sink};
 use crate::{
     bpf::{HOOKS, SELF_PROTECTION},
-    http::client::{Client, ClientError},
+    http::client::{Client, ClientError, TlsFiles, retry_after},
     metrics::HttpSinkMetrics,
     targets::PodIdentity,
 };
 
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const LAST_RETRY: Duration = Duration::from_secs(5);
+/// The longest `Retry-After` waited for: events queue meanwhile, and the queue is bounded.
+const LONGEST_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// The event loop's side: queues events for the worker.
 pub struct FalcoSink {
@@ -42,14 +46,15 @@ impl FalcoWorker {
 }
 
 impl FalcoSink {
-    /// Posts events to `url` (Falcosidekick listens on http://HOST:2801/), queueing up to
-    /// `capacity` of them.
+    /// Posts events to `url` (Falcosidekick listens on http://HOST:2801/, or https:// with
+    /// its `tlsserver`), queueing up to `capacity` of them.
     pub fn start(
         url: &str,
+        tls: &TlsFiles,
         capacity: usize,
         metrics: HttpSinkMetrics,
     ) -> Result<(Self, FalcoWorker), ClientError> {
-        let client = Client::new(url)?;
+        let client = Client::with_tls(url, tls)?;
         let (queue, pending) = mpsc::channel(capacity.max(1));
         let worker = tokio::spawn(deliver(client, pending, metrics.clone()));
         Ok((
@@ -94,16 +99,43 @@ impl Sink for FalcoSink {
     }
 }
 
+/// The waits between tries of one event: doubling from FIRST_RETRY to LAST_RETRY, each half its
+/// step plus a random part of up to the other half ("equal jitter"), and never shorter than what
+/// the receiver asks, plus a random tenth of that (at most a second) to spread the agents out.
+struct Backoff {
+    step: Duration,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Self { step: FIRST_RETRY }
+    }
+
+    /// The wait before the next try, the receiver having asked for `asked`; `random` is in
+    /// [0, 1).
+    fn next(&mut self, asked: Option<Duration>, random: f64) -> Duration {
+        let step = self.step;
+        self.step = (step * 2).min(LAST_RETRY);
+        let backoff = step / 2 + (step / 2).mul_f64(random);
+        match asked.map(|asked| asked.min(LONGEST_RETRY_AFTER)) {
+            Some(asked) => {
+                asked.max(backoff) + (asked / 10).min(Duration::from_secs(1)).mul_f64(random)
+            }
+            None => backoff,
+        }
+    }
+}
+
 /// Posts each event until the receiver takes it, in order; ends when the sink is dropped and the
 /// queue is empty.
-async fn deliver(mut client: Client, mut pending: mpsc::Receiver<Bytes>, metrics: HttpSinkMetrics) {
+async fn deliver(client: Client, mut pending: mpsc::Receiver<Bytes>, metrics: HttpSinkMetrics) {
     let mut failing = false;
     while let Some(body) = pending.recv().await {
         metrics.queued.set(pending.len() as i64);
-        let mut wait = FIRST_RETRY;
+        let mut backoff = Backoff::new();
         loop {
-            let failure = match client.post_json(body.clone()).await {
-                Ok((status, _)) if status.is_success() => {
+            let (failure, asked) = match client.post_json(body.clone()).await {
+                Ok(answer) if answer.status.is_success() => {
                     metrics.sent.inc();
                     if std::mem::take(&mut failing) {
                         info!(url = %client.url(), "the event receiver takes events again");
@@ -111,22 +143,25 @@ async fn deliver(mut client: Client, mut pending: mpsc::Receiver<Bytes>, metrics
                     break;
                 }
                 // The receiver refuses this event: retrying it would not help.
-                Ok((status, answer))
-                    if status.is_client_error() && status != StatusCode::TOO_MANY_REQUESTS =>
+                Ok(answer)
+                    if answer.status.is_client_error()
+                        && answer.status != StatusCode::TOO_MANY_REQUESTS =>
                 {
                     metrics.rejected.inc();
-                    warn!(url = %client.url(), %status, answer = %String::from_utf8_lossy(&answer), "the event receiver rejected an event");
+                    warn!(url = %client.url(), status = %answer.status, answer = %String::from_utf8_lossy(&answer.body), "the event receiver rejected an event");
                     break;
                 }
-                Ok((status, _)) => status.to_string(),
-                Err(err) => err.to_string(),
+                Ok(answer) => (
+                    answer.status.to_string(),
+                    retry_after(&answer.headers, SystemTime::now()),
+                ),
+                Err(err) => (err.to_string(), None),
             };
             if !std::mem::replace(&mut failing, true) {
                 warn!(url = %client.url(), "cannot deliver events, retrying (they queue meanwhile): {failure}");
             }
             metrics.retries.inc();
-            tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(LAST_RETRY);
+            tokio::time::sleep(backoff.next(asked, fastrand::f64())).await;
         }
     }
 }
@@ -268,7 +303,9 @@ mod tests {
     use std::{
         convert::Infallible,
         net::SocketAddr,
+        path::PathBuf,
         sync::{Arc, Mutex},
+        time::Instant,
     };
 
     use http_body_util::{BodyExt, Full};
@@ -388,32 +425,65 @@ mod tests {
         assert_eq!(output["output_fields"]["palisade.module"], "egress");
     }
 
-    /// A Falcosidekick stand-in: records the bodies it is sent and answers `status`.
-    async fn receiver(
+    /// What a Falcosidekick stand-in was sent: each body, and when it came.
+    type Received = Arc<Mutex<Vec<(Instant, Value)>>>;
+
+    /// A Falcosidekick stand-in that answers `status` to everything, over plain HTTP.
+    async fn receiver(address: SocketAddr, status: StatusCode) -> (Received, JoinHandle<()>) {
+        receiver_with(address, None, move |_| (status, None)).await
+    }
+
+    /// A Falcosidekick stand-in, over TLS with `tls`: records the bodies it is sent and answers
+    /// the status and Retry-After `answer` gives for the request's number (from 0).
+    async fn receiver_with(
         address: SocketAddr,
-        status: StatusCode,
-    ) -> (Arc<Mutex<Vec<Value>>>, JoinHandle<()>) {
+        tls: Option<Arc<rustls::ServerConfig>>,
+        answer: impl Fn(usize) -> (StatusCode, Option<&'static str>) + Send + Sync + 'static,
+    ) -> (Received, JoinHandle<()>) {
         let listener = tokio::net::TcpListener::bind(address).await.unwrap();
-        let received = Arc::new(Mutex::new(Vec::new()));
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+        let received: Received = Arc::default();
         let bodies = received.clone();
+        let answer = Arc::new(answer);
         let server = tokio::spawn(async move {
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
-                let bodies = bodies.clone();
+                let (bodies, answer) = (bodies.clone(), answer.clone());
                 let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                    let bodies = bodies.clone();
+                    let (bodies, answer) = (bodies.clone(), answer.clone());
                     async move {
                         let body = request.into_body().collect().await.unwrap().to_bytes();
-                        bodies
-                            .lock()
-                            .unwrap()
-                            .push(serde_json::from_slice::<Value>(&body).unwrap());
+                        let mut bodies = bodies.lock().unwrap();
+                        let (status, retry_after) = answer(bodies.len());
+                        bodies.push((Instant::now(), serde_json::from_slice(&body).unwrap()));
                         let mut response = Response::new(Full::new(Bytes::new()));
                         *response.status_mut() = status;
+                        if let Some(seconds) = retry_after {
+                            response
+                                .headers_mut()
+                                .insert(hyper::header::RETRY_AFTER, seconds.parse().unwrap());
+                        }
                         Ok::<_, Infallible>(response)
                     }
                 });
-                tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+                let acceptor = acceptor.clone();
+                // The handshake in the connection's own task: one refused ends only it.
+                tokio::spawn(async move {
+                    match acceptor {
+                        None => {
+                            let _ = http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        }
+                        Some(acceptor) => {
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                let _ = http1::Builder::new()
+                                    .serve_connection(TokioIo::new(stream), service)
+                                    .await;
+                            }
+                        }
+                    }
+                });
             }
         });
         (received, server)
@@ -441,8 +511,13 @@ mod tests {
     async fn events_wait_while_the_receiver_is_down_and_overflow_is_counted() {
         let address = free_address();
         let metrics = HttpSinkMetrics::default();
-        let (mut sink, worker) =
-            FalcoSink::start(&format!("http://{address}/"), 3, metrics.clone()).unwrap();
+        let (mut sink, worker) = FalcoSink::start(
+            &format!("http://{address}/"),
+            &TlsFiles::default(),
+            3,
+            metrics.clone(),
+        )
+        .unwrap();
         // The worker holds the first event, retrying; the queue takes three more; the fifth
         // overflows.
         sink.send(&event("/0"));
@@ -461,7 +536,7 @@ mod tests {
             .lock()
             .unwrap()
             .iter()
-            .map(|body| body["output_fields"]["fd.name"].clone())
+            .map(|(_, body)| body["output_fields"]["fd.name"].clone())
             .collect();
         assert_eq!(paths, [json!("/0"), json!("/1"), json!("/2"), json!("/3")]);
         assert_eq!(metrics.queued.get(), 0);
@@ -475,8 +550,13 @@ mod tests {
         let address = free_address();
         let (received, server) = receiver(address, StatusCode::BAD_REQUEST).await;
         let metrics = HttpSinkMetrics::default();
-        let (mut sink, worker) =
-            FalcoSink::start(&format!("http://{address}/"), 8, metrics.clone()).unwrap();
+        let (mut sink, worker) = FalcoSink::start(
+            &format!("http://{address}/"),
+            &TlsFiles::default(),
+            8,
+            metrics.clone(),
+        )
+        .unwrap();
         sink.send(&event("/a"));
         sink.send(&event("/b"));
         drop(sink);
@@ -485,5 +565,248 @@ mod tests {
         assert_eq!(metrics.rejected.get(), 2);
         assert_eq!(metrics.retries.get(), 0);
         server.abort();
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_waits_what_the_receiver_asks() {
+        let mut backoff = Backoff::new();
+        let waits: Vec<Duration> = [0.0, 0.0, 0.5, 0.0, 0.75, 0.0, 0.0]
+            .into_iter()
+            .map(|random| backoff.next(None, random))
+            .collect();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            waits,
+            [
+                ms(50),
+                ms(100),
+                ms(300),
+                ms(400),
+                ms(1400),
+                ms(1600),
+                ms(2500)
+            ],
+            "half of each step (100 ms doubling up to 5 s) and a random part of the other half"
+        );
+        let asked =
+            |asked: u64, random| Backoff::new().next(Some(Duration::from_secs(asked)), random);
+        assert_eq!(asked(3, 0.0), Duration::from_secs(3));
+        assert_eq!(
+            asked(3, 0.5),
+            ms(3150),
+            "a tenth of it at most, to spread the agents"
+        );
+        assert_eq!(asked(3600, 0.0), LONGEST_RETRY_AFTER);
+        assert_eq!(asked(0, 0.0), ms(50), "never below the backoff");
+    }
+
+    #[tokio::test]
+    async fn a_503_with_retry_after_is_retried_no_sooner() {
+        let address = free_address();
+        let (received, server) = receiver_with(address, None, |request| match request {
+            0 => (StatusCode::SERVICE_UNAVAILABLE, Some("1")),
+            _ => (StatusCode::OK, None),
+        })
+        .await;
+        let metrics = HttpSinkMetrics::default();
+        let (mut sink, worker) = FalcoSink::start(
+            &format!("http://{address}/"),
+            &TlsFiles::default(),
+            8,
+            metrics.clone(),
+        )
+        .unwrap();
+        sink.send(&event("/a"));
+        drop(sink);
+        assert!(worker.finish(Duration::from_secs(10)).await);
+        let received = received.lock().unwrap();
+        assert_eq!(received.len(), 2);
+        let waited = received[1].0 - received[0].0;
+        assert!(waited >= Duration::from_secs(1), "{waited:?}");
+        assert_eq!((metrics.sent.get(), metrics.retries.get()), (1, 1));
+        server.abort();
+    }
+
+    /// A CA, a certificate it signed for 127.0.0.1 (the receiver's) and one for a client, in
+    /// PEM files where the agent's are (the CA, the client's certificate and key, and a key of
+    /// another certificate).
+    struct Pki {
+        dir: PathBuf,
+        ca: PathBuf,
+        client_cert: PathBuf,
+        client_key: PathBuf,
+        other_key: PathBuf,
+        server: Arc<rustls::ServerConfig>,
+        /// The receiver's configuration when it asks clients for a certificate the CA signed,
+        /// as Falcosidekick's `tlsserver.mutualtls` does.
+        mutual: Arc<rustls::ServerConfig>,
+    }
+
+    fn pki(name: &str) -> Pki {
+        use rcgen::{
+            BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa,
+            KeyPair, KeyUsagePurpose,
+        };
+        use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+        let dir = std::env::temp_dir().join(format!("palisade-tls-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut params = CertificateParams::new(Vec::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        let leaf = |name: &str, usage| {
+            let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
+            params.extended_key_usages = vec![usage];
+            let key = KeyPair::generate().unwrap();
+            (params.signed_by(&key, &ca).unwrap(), key)
+        };
+        let (server_cert, server_key) = leaf("127.0.0.1", ExtendedKeyUsagePurpose::ServerAuth);
+        let (client_cert, client_key) = leaf("palisade", ExtendedKeyUsagePurpose::ClientAuth);
+        let write = |file: &str, pem: String| {
+            let path = dir.join(file);
+            std::fs::write(&path, pem).unwrap();
+            path
+        };
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = |mutual: bool| {
+            let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .unwrap();
+            let builder = if mutual {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.add(ca.der().clone()).unwrap();
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider.clone(),
+                )
+                .build()
+                .unwrap();
+                builder.with_client_cert_verifier(verifier)
+            } else {
+                builder.with_no_client_auth()
+            };
+            let key = PrivateKeyDer::from(PrivatePkcs8KeyDer::from(server_key.serialize_der()));
+            Arc::new(
+                builder
+                    .with_single_cert(vec![server_cert.der().clone()], key)
+                    .unwrap(),
+            )
+        };
+        Pki {
+            dir: dir.clone(),
+            ca: write("ca.crt", ca.pem()),
+            client_cert: write("tls.crt", client_cert.pem()),
+            client_key: write("tls.key", client_key.serialize_pem()),
+            other_key: write("other.key", server_key.serialize_pem()),
+            server: server(false),
+            mutual: server(true),
+        }
+    }
+
+    impl Drop for Pki {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    /// Whether one event sent over `tls` to a receiver with `server`'s configuration arrives;
+    /// the error of a direct request when it does not.
+    async fn delivered(
+        server: &Arc<rustls::ServerConfig>,
+        tls: &TlsFiles,
+    ) -> Result<(), ClientError> {
+        let address = free_address();
+        let (received, receiver) =
+            receiver_with(address, Some(server.clone()), |_| (StatusCode::OK, None)).await;
+        let url = format!("https://{address}/");
+        let metrics = HttpSinkMetrics::default();
+        let (mut sink, worker) = FalcoSink::start(&url, tls, 8, metrics.clone()).unwrap();
+        sink.send(&event("/a"));
+        drop(sink);
+        let finished = worker.finish(Duration::from_secs(3)).await;
+        let result = if finished {
+            assert_eq!(received.lock().unwrap().len(), 1);
+            assert_eq!(metrics.sent.get(), 1);
+            Ok(())
+        } else {
+            assert!(received.lock().unwrap().is_empty());
+            assert_eq!(metrics.sent.get(), 0);
+            assert!(metrics.retries.get() > 0);
+            Err(Client::with_tls(&url, tls)
+                .unwrap()
+                .post_json(Bytes::from_static(b"{}"))
+                .await
+                .expect_err("refused by the sink, taken when asked directly"))
+        };
+        receiver.abort();
+        result
+    }
+
+    #[tokio::test]
+    async fn over_https_events_arrive_when_the_receiver_is_verified_and_only_then() {
+        let pki = pki("server");
+        let trusted = TlsFiles {
+            ca: Some(pki.ca.clone()),
+            identity: None,
+        };
+        delivered(&pki.server, &trusted).await.unwrap();
+        let refused = delivered(&pki.server, &TlsFiles::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("invalid peer certificate: UnknownIssuer"),
+            "{refused}"
+        );
+    }
+
+    #[tokio::test]
+    async fn mutual_tls_presents_the_client_certificate() {
+        let pki = pki("mutual");
+        let identified = TlsFiles {
+            ca: Some(pki.ca.clone()),
+            identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
+        };
+        delivered(&pki.mutual, &identified).await.unwrap();
+        let anonymous = TlsFiles {
+            ca: Some(pki.ca.clone()),
+            identity: None,
+        };
+        // Refused in the handshake (TLS 1.2) or at the first request (1.3), but refused.
+        delivered(&pki.mutual, &anonymous).await.unwrap_err();
+    }
+
+    #[test]
+    fn bad_tls_files_are_refused_with_the_file_and_the_reason() {
+        let pki = pki("files");
+        let url = "https://127.0.0.1:2801/";
+        let refused = |tls: TlsFiles| {
+            FalcoSink::start(url, &tls, 1, HttpSinkMetrics::default())
+                .err()
+                .expect("refused")
+                .to_string()
+        };
+        let mismatch = refused(TlsFiles {
+            ca: None,
+            identity: Some((pki.client_cert.clone(), pki.other_key.clone())),
+        });
+        assert!(
+            mismatch.starts_with(&format!("{}: ", pki.client_cert.display()))
+                && mismatch.contains("key"),
+            "{mismatch}"
+        );
+        let not_a_ca = refused(TlsFiles {
+            ca: Some(pki.client_key.clone()),
+            identity: None,
+        });
+        assert!(
+            not_a_ca.starts_with(&format!("{}: ", pki.client_key.display())),
+            "{not_a_ca}"
+        );
+        let missing = refused(TlsFiles {
+            ca: Some("/nonexistent/ca.crt".into()),
+            identity: None,
+        });
+        assert!(missing.starts_with("/nonexistent/ca.crt: "), "{missing}");
     }
 }
