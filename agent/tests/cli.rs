@@ -342,14 +342,18 @@ fn policy_replay_counts_what_a_candidate_would_have_blocked_per_rule() {
         "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: candidate\nspec:\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    hardeningRules: [disable-cap-sys-admin]\n    attackProtectionRules: [disable-access-shadow, block-access-to-metadata-service, disable-udp]\n    auditRules: [block-access-to-metadata-service]\n",
     )
     .unwrap();
-    let (code, out, err) = palisade(&[
-        "policy",
-        "replay",
-        "--events",
-        events.to_str().unwrap(),
-        "--policy",
-        candidate.to_str().unwrap(),
-    ]);
+    let replay = |output: &[&str]| {
+        let command = [
+            "policy",
+            "replay",
+            "--events",
+            events.to_str().unwrap(),
+            "--policy",
+            candidate.to_str().unwrap(),
+        ];
+        palisade(&[&command[..], output].concat())
+    };
+    let (code, out, err) = replay(&[]);
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert!(
@@ -371,16 +375,7 @@ fn policy_replay_counts_what_a_candidate_would_have_blocked_per_rule() {
     assert_eq!(row("block-access-to-metadata-service"), ["0", "1"]);
     assert!(out.contains("not replayable: 1 task_kill events"), "{out}");
 
-    let (code, out, err) = palisade(&[
-        "policy",
-        "replay",
-        "--events",
-        events.to_str().unwrap(),
-        "--policy",
-        candidate.to_str().unwrap(),
-        "--output",
-        "json",
-    ]);
+    let (code, out, err) = replay(&["--output", "json"]);
     assert_eq!(code, 0, "{err}");
     let replay = json(&out);
     assert_eq!(replay["policy"], "candidate");

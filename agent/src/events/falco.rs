@@ -497,6 +497,22 @@ mod tests {
             .unwrap()
     }
 
+    /// A sink posting to http://`address`/, queueing `capacity` events; its worker and metrics.
+    fn plain_sink(
+        address: SocketAddr,
+        capacity: usize,
+    ) -> (FalcoSink, FalcoWorker, HttpSinkMetrics) {
+        let metrics = HttpSinkMetrics::default();
+        let (sink, worker) = FalcoSink::start(
+            &format!("http://{address}/"),
+            &TlsFiles::default(),
+            capacity,
+            metrics.clone(),
+        )
+        .unwrap();
+        (sink, worker, metrics)
+    }
+
     async fn until(what: &str, condition: impl Fn() -> bool) {
         for _ in 0..500 {
             if condition() {
@@ -510,14 +526,7 @@ mod tests {
     #[tokio::test]
     async fn events_wait_while_the_receiver_is_down_and_overflow_is_counted() {
         let address = free_address();
-        let metrics = HttpSinkMetrics::default();
-        let (mut sink, worker) = FalcoSink::start(
-            &format!("http://{address}/"),
-            &TlsFiles::default(),
-            3,
-            metrics.clone(),
-        )
-        .unwrap();
+        let (mut sink, worker, metrics) = plain_sink(address, 3);
         // The worker holds the first event, retrying; the queue takes three more; the fifth
         // overflows.
         sink.send(&event("/0"));
@@ -549,14 +558,7 @@ mod tests {
     async fn an_event_the_receiver_refuses_is_not_retried() {
         let address = free_address();
         let (received, server) = receiver(address, StatusCode::BAD_REQUEST).await;
-        let metrics = HttpSinkMetrics::default();
-        let (mut sink, worker) = FalcoSink::start(
-            &format!("http://{address}/"),
-            &TlsFiles::default(),
-            8,
-            metrics.clone(),
-        )
-        .unwrap();
+        let (mut sink, worker, metrics) = plain_sink(address, 8);
         sink.send(&event("/a"));
         sink.send(&event("/b"));
         drop(sink);
@@ -608,14 +610,7 @@ mod tests {
             _ => (StatusCode::OK, None),
         })
         .await;
-        let metrics = HttpSinkMetrics::default();
-        let (mut sink, worker) = FalcoSink::start(
-            &format!("http://{address}/"),
-            &TlsFiles::default(),
-            8,
-            metrics.clone(),
-        )
-        .unwrap();
+        let (mut sink, worker, metrics) = plain_sink(address, 8);
         sink.send(&event("/a"));
         drop(sink);
         assert!(worker.finish(Duration::from_secs(10)).await);
