@@ -63,17 +63,22 @@ enum Command {
 enum PolicyCommand {
     /// Print the BPF map entries a policy compiles to.
     Compile {
-        /// A policy file.
+        /// A policy file (or PalisadePolicy or PalisadeClusterPolicy object).
         file: PathBuf,
         #[command(flatten)]
         output: cmd::OutputArgs,
     },
-    /// Run a rule module on its fixtures (DIR/fixtures/*.json) in the agent's sandbox.
+    /// Check what a policy decides on the events of its fixtures (POLICY FIXTURES), or run a rule
+    /// module on its fixtures (DIR/fixtures/*.json) in the agent's sandbox (DIR).
     Test {
-        /// A rule module's directory (its crate or Rego files) with a fixtures/ directory.
-        dir: PathBuf,
+        /// A policy file (or PalisadePolicy or PalisadeClusterPolicy object) with FIXTURES; or a
+        /// rule module's directory (its crate or Rego files) with a fixtures/ directory.
+        #[arg(value_name = "POLICY|DIR")]
+        path: PathBuf,
+        /// The policy's fixtures: a YAML list of {name, event, expect: {action, rule}}.
+        fixtures: Option<PathBuf>,
         /// The built module (default: build DIR now).
-        #[arg(long, value_name = "FILE")]
+        #[arg(long, value_name = "FILE", conflicts_with = "fixtures")]
         module: Option<PathBuf>,
         #[command(flatten)]
         output: cmd::OutputArgs,
@@ -83,7 +88,7 @@ enum PolicyCommand {
         /// Events the agent wrote (JSON lines).
         #[arg(long, value_name = "FILE")]
         events: PathBuf,
-        /// The candidate policy file.
+        /// The candidate policy file (or PalisadePolicy or PalisadeClusterPolicy object).
         #[arg(long, value_name = "FILE")]
         policy: PathBuf,
         #[command(flatten)]
@@ -184,19 +189,25 @@ fn main() -> ExitCode {
         Command::Policy {
             command:
                 PolicyCommand::Test {
-                    dir,
+                    path,
+                    fixtures,
                     module,
                     output: cmd::OutputArgs { output },
                 },
-        } => cmd::policy::test(&dir, module.as_deref(), output, &mut std::io::stdout()).map(
-            |passed| {
+        } => {
+            let stdout = &mut std::io::stdout();
+            match fixtures {
+                Some(fixtures) => cmd::policy::test_policy(&path, &fixtures, output, stdout),
+                None => cmd::policy::test_module(&path, module.as_deref(), output, stdout),
+            }
+            .map(|passed| {
                 if passed {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::FAILURE
                 }
-            },
-        ),
+            })
+        }
         Command::Policy {
             command:
                 PolicyCommand::Replay {

@@ -408,6 +408,160 @@ fn policy_replay_counts_what_a_candidate_would_have_blocked_per_rule() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The example policies (examples/, examples/kubernetes/ and any other directory of policies
+/// there), each with its fixtures at the same place under examples/fixtures/.
+fn example_policies(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap();
+        if path.is_dir() && name != "fixtures" && name != "models" {
+            example_policies(&path, found);
+        } else if path.extension().is_some_and(|ext| ext == "yaml") {
+            found.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_example_policy_passes_its_fixtures() {
+    let examples = std::path::Path::new(&example("")).canonicalize().unwrap();
+    let mut policies = Vec::new();
+    example_policies(&examples, &mut policies);
+    assert_eq!(policies.len(), 3, "{policies:?}");
+    for policy in policies {
+        let fixtures = examples
+            .join("fixtures")
+            .join(policy.strip_prefix(&examples).unwrap());
+        assert!(
+            fixtures.is_file(),
+            "{} has no fixtures ({})",
+            policy.display(),
+            fixtures.display()
+        );
+        let (code, out, err) = palisade(&[
+            "policy",
+            "test",
+            policy.to_str().unwrap(),
+            fixtures.to_str().unwrap(),
+        ]);
+        assert_eq!(code, 0, "{}: {out}{err}", policy.display());
+        assert!(out.contains(" passed, 0 failed"), "{out}");
+    }
+}
+
+#[test]
+fn policy_test_says_which_fixture_fails_and_why() {
+    let dir = scratch("policy-fixtures");
+    let fixtures = dir.join("fixtures.yaml");
+    let fixture = |name: &str, event: &str, expect: &str| {
+        format!("- name: {name}\n  event: {{{event}}}\n  expect: {{{expect}}}\n")
+    };
+    let read = |path: &str| format!("hook: file_open, path: {path}, permissions: [read]");
+    std::fs::write(
+        &fixtures,
+        [
+            fixture(
+                "the other rule",
+                &read("/etc/shadow"),
+                "action: deny, rule: ssh-keys",
+            ),
+            fixture("hosts", &read("/etc/hosts"), "action: deny, rule: secrets"),
+            fixture("a signal", "hook: task_kill, signal: 9", "action: allow"),
+            fixture(
+                "a typo",
+                "hook: file_open, paht: /etc/hosts, permissions: [read]",
+                "action: allow",
+            ),
+            fixture(
+                "secrets",
+                &read("/srv/secrets/a"),
+                "action: deny, rule: secrets",
+            ),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let policy = example("protect-secrets.yaml");
+    let test = |output: &[&str]| {
+        let command = ["policy", "test", &policy, fixtures.to_str().unwrap()];
+        palisade(&[&command[..], output].concat())
+    };
+    let (code, out, err) = test(&[]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "FAILED  the other rule: expected deny by rule ssh-keys, got deny by rule secrets\n\
+             FAILED  hosts: expected deny by rule secrets, got allow\n\
+             FAILED  a signal: its event cannot be decided: task_kill events do not record what \
+             its decision looks up (a signal's or tracee's target, a BPF command)\n\
+             FAILED  a typo: its event cannot be decided: file_open needs \"path\" (a string)\n\
+             ok      secrets\n\
+             1 passed, 4 failed (policy \"protect-secrets\", {})\n",
+            fixtures.display()
+        )
+    );
+
+    let (code, out, err) = test(&["--output", "json"]);
+    assert_eq!(code, 1, "{err}");
+    let report = json(&out);
+    assert_eq!(report["policy"], "protect-secrets");
+    assert_eq!(report["policy_file"], policy.as_str());
+    assert_eq!(report["fixtures_file"], fixtures.to_str().unwrap());
+    assert_eq!(
+        (report["passed"].clone(), report["failed"].clone()),
+        (1.into(), 4.into())
+    );
+    assert_eq!(
+        report["fixtures"][1],
+        serde_json::json!({
+            "name": "hosts",
+            "passed": false,
+            "mismatch": "expected deny by rule secrets, got allow",
+        })
+    );
+    assert_eq!(report["fixtures"][4]["mismatch"], serde_json::Value::Null);
+
+    // A fixture file that cannot be used: an error naming the fixture and the field.
+    for (text, field, reason) in [
+        (
+            fixture("no rule", &read("/etc/shadow"), "action: deny"),
+            "[0].expect.rule",
+            "required with a deny or audit action: the rule that decides",
+        ),
+        (
+            fixture(
+                "allowed",
+                &read("/etc/hosts"),
+                "action: allow, rule: secrets",
+            ),
+            "[0].expect.rule",
+            "an allowed event has no rule",
+        ),
+        (
+            fixture("", &read("/etc/hosts"), "action: permit"),
+            "[0].expect.action",
+            "unknown variant `permit`, expected one of `deny`, `audit`, `allow` at line 3 column 20",
+        ),
+        ("[]".to_owned(), "(document)", "no fixtures"),
+    ] {
+        std::fs::write(&fixtures, &text).unwrap();
+        let (code, out, err) = test(&[]);
+        assert_eq!((code, out.as_str()), (1, ""), "{text}");
+        assert_eq!(
+            err,
+            format!(
+                "palisade: error: {}: {field}: {reason}\n",
+                fixtures.display()
+            ),
+            "{text}"
+        );
+    }
+    let (code, _, err) = test(&["--module", "rule.wasm"]);
+    assert_eq!(code, 2, "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A scratch directory of this test process.
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("palisade-{name}-{}", std::process::id()));

@@ -1,5 +1,5 @@
-//! `palisade policy compile FILE` (the map entries a policy compiles to), `policy test DIR` (a
-//! rule module against its fixtures) and `policy replay` (a candidate policy over recorded
+//! `palisade policy compile FILE` (the map entries a policy compiles to), `policy test` (a policy
+//! or a rule module against its fixtures) and `policy replay` (a candidate policy over recorded
 //! events).
 
 use std::{
@@ -14,23 +14,50 @@ use palisade_common::{
     ACTION_ALLOW, ACTION_AUDIT, ACTION_DENY, DEFAULT_CAPABILITIES, DEFAULT_MOUNT, DEFAULT_NETWORK,
     DEFAULT_SOCKETS, SOCKET_TYPE, Verdict,
 };
-use serde::Serialize;
+use palisade_crds::{API_VERSION, PalisadeClusterPolicy, PalisadePolicy};
+use serde::{Deserialize, Serialize};
 
 use super::{Output, write_json};
 use crate::{
+    k8s::PolicyObject,
     policy::{
         CAPABILITIES, CompiledPolicy, Environment, PERMISSION_NAMES, Policy, PolicyError,
-        TrieEntry, permission_names,
+        TrieEntry, decide_event, parse_document, permission_names, read_file,
     },
     rules::{RuleHost, compile_policy},
 };
+
+/// Reads the policy `file`: a policy file, or a PalisadePolicy (with its namespace) or
+/// PalisadeClusterPolicy object as it is applied to a cluster, named as the agent reports it
+/// there (`NAMESPACE/NAME`, or `NAME`).
+fn load(file: &Path) -> Result<Policy, PolicyError> {
+    let text = read_file(file)?;
+    let document: serde_yaml::Value = serde_yaml::from_str(&text).unwrap_or_default();
+    let object = match document["kind"].as_str() {
+        Some("PalisadeClusterPolicy") => {
+            PolicyObject::from(&parse_document::<PalisadeClusterPolicy>(file, &text)?)
+        }
+        Some("PalisadePolicy") if document["metadata"]["namespace"].is_string() => {
+            PolicyObject::from(&parse_document::<PalisadePolicy>(file, &text)?)
+        }
+        _ => return Policy::parse(file, &text),
+    };
+    if document["apiVersion"].as_str() != Some(API_VERSION) {
+        return Err(PolicyError::new(
+            file.display(),
+            "apiVersion",
+            format!("expected \"{API_VERSION}\""),
+        ));
+    }
+    Ok(object.as_policy())
+}
 
 /// Reads and compiles the policy `file`, running its rule modules in `host`.
 pub fn load_and_compile(
     host: &RuleHost,
     file: &Path,
 ) -> Result<(Policy, CompiledPolicy), PolicyError> {
-    let policy = Policy::load(file)?;
+    let policy = load(file)?;
     let compiled = compile_policy(
         host,
         &file.display(),
@@ -437,10 +464,168 @@ pub fn compile(file: &Path, output: Output, out: &mut impl Write) -> anyhow::Res
     Ok(())
 }
 
+/// `palisade policy test POLICY FIXTURES`: decides each fixture's event under the policy file
+/// `policy` with the kernel's lookups on the entries it compiles to (those `policy replay` uses)
+/// and compares the action and rule with the fixture's. Returns whether every fixture passed.
+pub fn test_policy(
+    policy_file: &Path,
+    fixtures_file: &Path,
+    output: Output,
+    out: &mut impl Write,
+) -> anyhow::Result<bool> {
+    let host = RuleHost::new(None)?;
+    let (_, policy) = load_and_compile(&host, policy_file)?;
+    let fixtures = PolicyFixture::load(fixtures_file)?;
+    let results: Vec<FixtureResult> = fixtures
+        .iter()
+        .map(|fixture| {
+            let mismatch = match decide_event(&policy, &fixture.event) {
+                Err(why) => Some(format!("its event cannot be decided: {why}")),
+                Ok(verdict) => {
+                    let got = Outcome::of(&policy, &verdict);
+                    (got != fixture.expect)
+                        .then(|| format!("expected {}, got {got}", fixture.expect))
+                }
+            };
+            FixtureResult {
+                name: fixture.name.clone(),
+                passed: mismatch.is_none(),
+                mismatch,
+            }
+        })
+        .collect();
+    let failed = results.iter().filter(|result| !result.passed).count();
+    let report = PolicyTestReport {
+        policy: policy.name().to_owned(),
+        policy_file: policy_file.to_owned(),
+        fixtures_file: fixtures_file.to_owned(),
+        passed: results.len() - failed,
+        failed,
+        fixtures: results,
+    };
+    match output {
+        Output::Text => {
+            write_results(out, &report.fixtures)?;
+            writeln!(
+                out,
+                "{} passed, {failed} failed (policy \"{}\", {})",
+                report.passed,
+                report.policy,
+                report.fixtures_file.display()
+            )?;
+        }
+        Output::Json => write_json(out, &report)?,
+    }
+    Ok(failed == 0)
+}
+
+/// One policy fixture: an event as the agent writes it (only the fields its hook's decision looks
+/// up are read) and what the policy must decide.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFixture {
+    name: String,
+    event: serde_json::Value,
+    expect: Outcome,
+}
+
+impl PolicyFixture {
+    /// The fixtures in `file`, a YAML list; an error names the fixture and field at fault.
+    fn load(file: &Path) -> Result<Vec<Self>, PolicyError> {
+        let fixtures: Vec<Self> = parse_document(file, &read_file(file)?)?;
+        if fixtures.is_empty() {
+            return Err(PolicyError::new(
+                file.display(),
+                "(document)",
+                "no fixtures",
+            ));
+        }
+        for (index, fixture) in fixtures.iter().enumerate() {
+            let needs_rule = fixture.expect.action != Answer::Allow;
+            if needs_rule != fixture.expect.rule.is_some() {
+                return Err(PolicyError::new(
+                    file.display(),
+                    format!("[{index}].expect.rule"),
+                    if needs_rule {
+                        "required with a deny or audit action: the rule that decides"
+                    } else {
+                        "an allowed event has no rule"
+                    },
+                ));
+            }
+        }
+        Ok(fixtures)
+    }
+}
+
+/// What a policy decides on an event: the answer, and the rule that gave it (none when allowed).
+#[derive(Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+struct Outcome {
+    action: Answer,
+    #[serde(default)]
+    rule: Option<String>,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum Answer {
+    /// Denied (and maybe reported).
+    Deny,
+    /// Allowed and reported.
+    Audit,
+    /// Allowed, not reported.
+    Allow,
+}
+
+impl Outcome {
+    fn of(policy: &CompiledPolicy, verdict: &Verdict) -> Self {
+        let action = if verdict.action & ACTION_DENY != 0 {
+            Answer::Deny
+        } else if verdict.action & ACTION_AUDIT != 0 {
+            Answer::Audit
+        } else {
+            Answer::Allow
+        };
+        let rule = (action != Answer::Allow).then(|| {
+            policy
+                .rule_name(verdict.rule_id)
+                .unwrap_or("unknown")
+                .to_owned()
+        });
+        Self { action, rule }
+    }
+}
+
+impl Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let action = match self.action {
+            Answer::Deny => "deny",
+            Answer::Audit => "audit",
+            Answer::Allow => "allow",
+        };
+        match &self.rule {
+            Some(rule) => write!(f, "{action} by rule {rule}"),
+            None => write!(f, "{action}"),
+        }
+    }
+}
+
+/// What `policy test POLICY FIXTURES` found.
+#[derive(Serialize)]
+struct PolicyTestReport {
+    policy: String,
+    policy_file: PathBuf,
+    fixtures_file: PathBuf,
+    passed: usize,
+    failed: usize,
+    fixtures: Vec<FixtureResult>,
+}
+
 /// `palisade policy test DIR`: runs the built rule module (`--module FILE`, or DIR's crate built
 /// now) on the fixtures in DIR/fixtures (or DIR), in the agent's sandbox. Returns whether every
 /// fixture passed.
-pub fn test(
+pub fn test_module(
     dir: &Path,
     module: Option<&Path>,
     output: Output,
@@ -507,12 +692,7 @@ pub fn test(
     };
     match output {
         Output::Text => {
-            for fixture in &report.fixtures {
-                match &fixture.mismatch {
-                    None => writeln!(out, "ok      {}", fixture.name)?,
-                    Some(mismatch) => writeln!(out, "FAILED  {}: {mismatch}", fixture.name)?,
-                }
-            }
+            write_results(out, &report.fixtures)?;
             writeln!(
                 out,
                 "{} passed, {failed} failed ({}, sha256 {})",
@@ -526,7 +706,7 @@ pub fn test(
     Ok(failed == 0)
 }
 
-/// What `policy test` found.
+/// What `policy test DIR` found.
 #[derive(Serialize)]
 struct TestReport {
     module: PathBuf,
@@ -540,8 +720,19 @@ struct TestReport {
 struct FixtureResult {
     name: String,
     passed: bool,
-    /// How the module's answer differs from the fixture's; None when it passed.
+    /// How the answer differs from the fixture's; None when it passed.
     mismatch: Option<String>,
+}
+
+/// A line per fixture: `ok` or `FAILED` and why.
+fn write_results(out: &mut impl Write, fixtures: &[FixtureResult]) -> std::io::Result<()> {
+    for fixture in fixtures {
+        match &fixture.mismatch {
+            None => writeln!(out, "ok      {}", fixture.name)?,
+            Some(mismatch) => writeln!(out, "FAILED  {}: {mismatch}", fixture.name)?,
+        }
+    }
+    Ok(())
 }
 
 /// `palisade policy replay --events FILE --policy FILE`: which recorded events the candidate
@@ -563,7 +754,7 @@ pub fn replay(
         let event: serde_json::Value = serde_json::from_str(line).map_err(|err| {
             anyhow::anyhow!("{}:{}: not an event: {err}", events.display(), number + 1)
         })?;
-        let Some(verdict) = crate::policy::decide_event(&candidate, &event) else {
+        let Ok(verdict) = decide_event(&candidate, &event) else {
             let hook = event["hook"].as_str().unwrap_or("unknown").to_owned();
             *not_replayable.entry(hook).or_default() += 1;
             continue;

@@ -16,7 +16,7 @@ pub use compile::{CompiledPolicy, Decider, RuleInfo, compile};
 pub use effect::AddressBlock;
 pub use encode::{MapEntries, NetworkEntry, TrieEntry};
 pub use lower::{ModuleRules, ip_protocol, module_field};
-pub use model::{KIND, MAX_FILE_BYTES, Metadata, Policy, read_file};
+pub use model::{KIND, MAX_FILE_BYTES, Metadata, Policy, parse_document, read_file};
 pub use palisade_crds::{
     Action, AllowRules, CapabilityRule, CustomRules, EnhanceProtect, ExecRule, FileAllow, FileRule,
     Mode, MountRule, NetworkAllow, NetworkRule, OnFailure, Permission, PolicySpec, PortRange,

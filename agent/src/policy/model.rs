@@ -4,7 +4,7 @@
 use std::{io::ErrorKind, path::Path};
 
 use palisade_crds::{API_VERSION, PolicySpec};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use super::PolicyError;
 
@@ -28,22 +28,7 @@ pub struct Metadata {
 impl Policy {
     /// Parses one policy document. Errors name the file, the field and the reason.
     pub fn parse(file: &Path, text: &str) -> Result<Self, PolicyError> {
-        let document = serde_yaml::Deserializer::from_str(text);
-        let policy: Policy = serde_path_to_error::deserialize(document).map_err(|err| {
-            let path = err.path().to_string();
-            let message = err.into_inner().to_string();
-            // serde_yaml starts its message with the path of the enclosing field (for an unknown
-            // key, the map that holds it): use that as the field, and say it once.
-            let (field, reason) = match message.split_once(": ") {
-                Some((field, reason)) if path.starts_with(field) => (field, reason),
-                _ => (path.as_str(), message.as_str()),
-            };
-            let field = match field {
-                "" | "." => "(document)",
-                field => field,
-            };
-            PolicyError::new(file.display(), field, reason)
-        })?;
+        let policy: Policy = parse_document(file, text)?;
         if policy.api_version != API_VERSION {
             return Err(PolicyError::new(
                 file.display(),
@@ -71,6 +56,29 @@ impl Policy {
     pub fn load(file: &Path) -> Result<Self, PolicyError> {
         Self::parse(file, &read_file(file)?)
     }
+}
+
+/// Parses one YAML document as a `T`. Errors name the file, the field and the reason.
+pub fn parse_document<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, PolicyError> {
+    let document = serde_yaml::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(document).map_err(|err| {
+        let path = err.path().to_string();
+        let message = err.into_inner().to_string();
+        // serde_yaml starts its message with the path of the enclosing field (for an unknown
+        // key, the map that holds it; `.[0]` for an item of a top-level list): use that as the
+        // field, and say it once.
+        let (field, reason) = match message.split_once(": ") {
+            Some((field, reason)) if path.starts_with(field.trim_start_matches('.')) => {
+                (field.trim_start_matches('.'), reason)
+            }
+            _ => (path.as_str(), message.as_str()),
+        };
+        let field = match field {
+            "" | "." => "(document)",
+            field => field,
+        };
+        PolicyError::new(file.display(), field, reason)
+    })
 }
 
 /// The largest policy file: a ConfigMap's limit, so that any policy file can be shipped in one.
