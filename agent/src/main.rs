@@ -198,6 +198,10 @@ fn main() -> ExitCode {
             let stdout = &mut std::io::stdout();
             match fixtures {
                 Some(fixtures) => cmd::policy::test_policy(&path, &fixtures, output, stdout),
+                None if path.is_file() => Err(anyhow::anyhow!(
+                    "{}: a policy is tested on fixtures: policy test POLICY FIXTURES",
+                    path.display()
+                )),
                 None => cmd::policy::test_module(&path, module.as_deref(), output, stdout),
             }
             .map(|passed| {

@@ -427,7 +427,9 @@ fn every_example_policy_passes_its_fixtures() {
     let examples = std::path::Path::new(&example("")).canonicalize().unwrap();
     let mut policies = Vec::new();
     example_policies(&examples, &mut policies);
-    assert_eq!(policies.len(), 3, "{policies:?}");
+    for example in ["protect-secrets.yaml", "kubernetes/web.yaml"] {
+        assert!(policies.contains(&examples.join(example)), "{policies:?}");
+    }
     for policy in policies {
         let fixtures = examples
             .join("fixtures")
@@ -472,6 +474,7 @@ fn policy_test_says_which_fixture_fails_and_why() {
                 "hook: file_open, paht: /etc/hosts, permissions: [read]",
                 "action: allow",
             ),
+            fixture("a map", "hook: bpf, arg: 0", "action: allow"),
             fixture(
                 "secrets",
                 &read("/srv/secrets/a"),
@@ -494,10 +497,13 @@ fn policy_test_says_which_fixture_fails_and_why() {
             "FAILED  the other rule: expected deny by rule ssh-keys, got deny by rule secrets\n\
              FAILED  hosts: expected deny by rule secrets, got allow\n\
              FAILED  a signal: its event cannot be decided: task_kill events do not record what \
-             its decision looks up (a signal's or tracee's target, a BPF command)\n\
+             its decision looks up (the target process)\n\
              FAILED  a typo: its event cannot be decided: file_open needs \"path\" (a string)\n\
+             FAILED  a map: its event cannot be decided: bpf command 0 is not a policy's to \
+             decide: only loading a program (5) is (commands that reach loaded objects are the \
+             agent's self-protection)\n\
              ok      secrets\n\
-             1 passed, 4 failed (policy \"protect-secrets\", {})\n",
+             1 passed, 5 failed (policy \"protect-secrets\", {})\n",
             fixtures.display()
         )
     );
@@ -510,7 +516,7 @@ fn policy_test_says_which_fixture_fails_and_why() {
     assert_eq!(report["fixtures_file"], fixtures.to_str().unwrap());
     assert_eq!(
         (report["passed"].clone(), report["failed"].clone()),
-        (1.into(), 4.into())
+        (1.into(), 5.into())
     );
     assert_eq!(
         report["fixtures"][1],
@@ -520,7 +526,7 @@ fn policy_test_says_which_fixture_fails_and_why() {
             "mismatch": "expected deny by rule secrets, got allow",
         })
     );
-    assert_eq!(report["fixtures"][4]["mismatch"], serde_json::Value::Null);
+    assert_eq!(report["fixtures"][5]["mismatch"], serde_json::Value::Null);
 
     // A fixture file that cannot be used: an error naming the fixture and the field.
     for (text, field, reason) in [
@@ -559,6 +565,47 @@ fn policy_test_says_which_fixture_fails_and_why() {
     }
     let (code, _, err) = test(&["--module", "rule.wasm"]);
     assert_eq!(code, 2, "{err}");
+    let (code, _, err) = palisade(&["policy", "test", &policy]);
+    assert_eq!(code, 1);
+    assert!(
+        err.ends_with("a policy is tested on fixtures: policy test POLICY FIXTURES\n"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// What only an on/off rule class decides, a mode's bits, a bind mount (no file system type) and
+/// an unmount.
+#[test]
+fn policy_test_decides_switches_modes_and_mounts() {
+    let dir = scratch("policy-switches");
+    let policy = dir.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: switches\nspec:\n  mode: EnhanceProtect\n  enhanceProtect:\n    privileged: true\n    hardeningRules: [disallow-create-user-ns, disallow-load-all-bpf-prog, disallow-load-bpf-via-setsockopt, disallow-mount, disallow-umount]\n    attackProtectionRules: [disable-chmod-s-bit]\n    customRules:\n      files:\n        - {name: bin, paths: [/usr/bin/], permissions: [write], action: audit}\n",
+    )
+    .unwrap();
+    let fixtures = dir.join("fixtures.yaml");
+    std::fs::write(
+        &fixtures,
+        "- name: setuid\n  event: {hook: path_chmod, path: /tmp/x, permissions: [write], arg: 2541}\n  expect: {action: deny, rule: disable-chmod-s-bit}\n\
+         - name: setuid under an audited directory\n  event: {hook: path_chmod, path: /usr/bin/x, permissions: [write], arg: 2541}\n  expect: {action: deny, rule: disable-chmod-s-bit}\n\
+         - name: a plain mode there\n  event: {hook: path_chmod, path: /usr/bin/x, permissions: [write], arg: 420}\n  expect: {action: audit, rule: bin}\n\
+         - name: user namespace\n  event: {hook: userns_create}\n  expect: {action: deny, rule: disallow-create-user-ns}\n\
+         - name: program load\n  event: {hook: bpf, arg: 5}\n  expect: {action: deny, rule: disallow-load-all-bpf-prog}\n\
+         - name: socket filter\n  event: {hook: socket_setsockopt, arg: 65562}\n  expect: {action: deny, rule: disallow-load-bpf-via-setsockopt}\n\
+         - name: bind mount\n  event: {hook: sb_mount}\n  expect: {action: deny, rule: disallow-mount}\n\
+         - name: unmount\n  event: {hook: sb_umount, fs_type: tmpfs}\n  expect: {action: deny, rule: disallow-umount}\n",
+    )
+    .unwrap();
+    let (code, out, err) = palisade(&[
+        "policy",
+        "test",
+        policy.to_str().unwrap(),
+        fixtures.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("8 passed, 0 failed"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

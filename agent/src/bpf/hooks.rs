@@ -1,7 +1,7 @@
 //! The hooks decisions are made in, by the number events and counters carry, with the name they
 //! are reported by and the class of rules they decide.
 
-use Subject::{Capability, Destination, FsType, Other, Path, Socket};
+use Subject::{BpfCommand, Capability, Destination, FsType, Other, Path, Socket, Switch};
 use palisade_common::{
     ACTION_DENY, HOOK_BPF, HOOK_BPRM_CHECK, HOOK_CAPABLE, HOOK_FILE_OPEN, HOOK_FILE_RECEIVE,
     HOOK_FS_CONTEXT_PARSE_PARAM, HOOK_MMAP_FILE, HOOK_MOVE_MOUNT, HOOK_PATH_CHMOD, HOOK_PATH_LINK,
@@ -34,8 +34,13 @@ pub enum Subject {
     FsType,
     /// A new socket: family, type and protocol.
     Socket,
-    /// What an event does not record in full (a signal's or tracee's target, a BPF command):
-    /// such events cannot be replayed.
+    /// Nothing but the operation: an on/off rule class decides (a new user namespace, BPF
+    /// attached to a socket).
+    Switch,
+    /// A bpf() command: loading a program is a policy's to decide.
+    BpfCommand,
+    /// What an event does not record in full (a signal's or tracee's target): such events
+    /// cannot be replayed.
     Other,
 }
 
@@ -78,11 +83,11 @@ pub const HOOKS: &[Hook] = &[
         FsType,
     ),
     hook(HOOK_SB_KERN_MOUNT, "sb_kern_mount", "mount", FsType),
-    hook(HOOK_SB_UMOUNT, "sb_umount", "mount", Other),
+    hook(HOOK_SB_UMOUNT, "sb_umount", "mount", FsType),
     hook(HOOK_CAPABLE, "capable", "capabilities", Capability),
-    hook(HOOK_USERNS_CREATE, "userns_create", "capabilities", Other),
-    hook(HOOK_BPF, "bpf", "bpf", Other),
-    hook(HOOK_SOCKET_SETSOCKOPT, "socket_setsockopt", "bpf", Other),
+    hook(HOOK_USERNS_CREATE, "userns_create", "capabilities", Switch),
+    hook(HOOK_BPF, "bpf", "bpf", BpfCommand),
+    hook(HOOK_SOCKET_SETSOCKOPT, "socket_setsockopt", "bpf", Switch),
     hook(HOOK_SOCKET_CREATE, "socket_create", "network", Socket),
     hook(
         HOOK_SOCKET_CONNECT,

@@ -42,11 +42,12 @@ fn load(file: &Path) -> Result<Policy, PolicyError> {
         }
         _ => return Policy::parse(file, &text),
     };
-    if document["apiVersion"].as_str() != Some(API_VERSION) {
+    let api_version = document["apiVersion"].as_str().unwrap_or_default();
+    if api_version != API_VERSION {
         return Err(PolicyError::new(
             file.display(),
             "apiVersion",
-            format!("expected \"{API_VERSION}\""),
+            format!("expected \"{API_VERSION}\", got \"{api_version}\""),
         ));
     }
     Ok(object.as_policy())

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use palisade_common::{
     ACTION_ALLOW, ANY_PROTOCOL, DEFAULT_CAPABILITIES, DEFAULT_MOUNT, DEFAULT_NETWORK,
-    DEFAULT_SOCKETS, PERM_COUNT, PathVerdict, SOCKET_TYPE, Verdict,
+    DEFAULT_SOCKETS, PERM_COUNT, PERM_WRITE, PathVerdict, SOCKET_TYPE, Verdict,
 };
 
 use super::{
@@ -68,10 +68,36 @@ impl MapEntries {
         self.deny_by_default(verdict, if allowed { 0 } else { DEFAULT_CAPABILITIES })
     }
 
-    /// Mounting a file system of type `fs_type`: the mount switch, or the type's entry if it is
-    /// stronger; the default denial of a DefenseInDepth policy unless the entry allows the type.
+    /// Changing `path`'s mode to `mode`: the switches for exec and set-id bits, then the path's
+    /// write entries.
+    pub fn decide_chmod(&self, path: &str, mode: u32) -> Verdict {
+        let mut verdict = Verdict::default();
+        if mode & 0o111 != 0 {
+            let rule = self.switches.chmod_exec_bits;
+            consider(&mut verdict, rule.action, rule.rule_id);
+        }
+        if mode & 0o6000 != 0 {
+            let rule = self.switches.chmod_setid_bits;
+            consider(&mut verdict, rule.action, rule.rule_id);
+        }
+        let by_path = self.decide_path(path, PERM_WRITE);
+        consider(&mut verdict, by_path.action, by_path.rule_id);
+        verdict
+    }
+
+    /// Mounting a file system of type `fs_type` ("" for a bind mount or a remount): the mount
+    /// switch, or the type's entry if it is stronger; the default denial of a DefenseInDepth
+    /// policy unless the entry allows the type.
     pub fn decide_mount(&self, fs_type: &str) -> Verdict {
-        let mut verdict = self.switches.mount;
+        self.decide_mount_type(self.switches.mount, fs_type)
+    }
+
+    /// Unmounting a file system of type `fs_type`: as a mount, from the unmount switch.
+    pub fn decide_unmount(&self, fs_type: &str) -> Verdict {
+        self.decide_mount_type(self.switches.umount, fs_type)
+    }
+
+    fn decide_mount_type(&self, mut verdict: Verdict, fs_type: &str) -> Verdict {
         let mut allowed = false;
         if let Some((_, by_type)) = self.mount_types.iter().find(|(name, _)| {
             let end = name

@@ -52,10 +52,6 @@ impl Policy {
         }
         Ok(policy)
     }
-
-    pub fn load(file: &Path) -> Result<Self, PolicyError> {
-        Self::parse(file, &read_file(file)?)
-    }
 }
 
 /// Parses one YAML document as a `T`. Errors name the file, the field and the reason.

@@ -5,10 +5,13 @@
 
 use std::net::IpAddr;
 
-use palisade_common::Verdict;
+use palisade_common::{HOOK_PATH_CHMOD, HOOK_SB_UMOUNT, HOOK_USERNS_CREATE, Verdict};
 
 use super::{CompiledPolicy, catalog, permission_bit};
 use crate::bpf::{Subject, hook_named};
+
+/// bpf()'s command that loads a program.
+const BPF_PROG_LOAD: u32 = 5;
 
 /// The decision `policy` makes on `event` (a line of the agent's JSON output), or why it cannot
 /// be made: a hook whose events do not record what it decides on, or a field the hook's decision
@@ -31,9 +34,11 @@ pub fn decide_event(policy: &CompiledPolicy, event: &serde_json::Value) -> Resul
     };
     match hook.subject {
         Subject::Path => {
-            let perms = event["permissions"]
+            let permissions = event["permissions"]
                 .as_array()
-                .ok_or_else(|| missing("permissions", "a list"))?
+                .filter(|permissions| !permissions.is_empty())
+                .ok_or_else(|| missing("permissions", "a list of at least one"))?;
+            let perms = permissions
                 .iter()
                 .map(|permission| {
                     permission
@@ -42,12 +47,16 @@ pub fn decide_event(policy: &CompiledPolicy, event: &serde_json::Value) -> Resul
                         .ok_or_else(|| format!("{permission} is no permission"))
                 })
                 .try_fold(0, |perms, perm| perm.map(|perm| perms | perm))?;
-            Ok(entries.decide_path(text("path")?, perms))
+            let path = text("path")?;
+            if hook.number == HOOK_PATH_CHMOD {
+                return Ok(entries.decide_chmod(path, number(&event["arg"], "arg, the mode")?));
+            }
+            Ok(entries.decide_path(path, perms))
         }
         Subject::Capability => {
             let name = text("capability")?;
             let number =
-                catalog::capability(name).ok_or_else(|| format!("{name} is no capability"))?;
+                catalog::capability(name).ok_or_else(|| format!("\"{name}\" is no capability"))?;
             Ok(entries.decide_capability(number))
         }
         Subject::Destination => {
@@ -68,18 +77,35 @@ pub fn decide_event(policy: &CompiledPolicy, event: &serde_json::Value) -> Resul
             };
             Ok(entries.decide_destination(address, protocol, port))
         }
-        Subject::FsType => Ok(entries.decide_mount(text("fs_type")?)),
+        Subject::FsType => {
+            // None for a bind mount or a remount.
+            let fs_type = event["fs_type"].as_str().unwrap_or_default();
+            Ok(if hook.number == HOOK_SB_UMOUNT {
+                entries.decide_unmount(fs_type)
+            } else {
+                entries.decide_mount(fs_type)
+            })
+        }
         Subject::Socket => {
             let socket = &event["socket"];
             Ok(entries.decide_socket(
                 number(&socket["family"], "socket.family")?,
-                number(&event["arg"], "arg")?,
+                number(&event["arg"], "arg, the socket type")?,
                 number(&socket["protocol"], "socket.protocol")?,
             ))
         }
+        Subject::Switch if hook.number == HOOK_USERNS_CREATE => Ok(entries.switches.userns_create),
+        Subject::Switch => Ok(entries.switches.setsockopt_bpf),
+        Subject::BpfCommand => match number(&event["arg"], "arg, the command")? {
+            BPF_PROG_LOAD => Ok(entries.switches.bpf_prog_load),
+            command => Err(format!(
+                "bpf command {command} is not a policy's to decide: only loading a program \
+                 ({BPF_PROG_LOAD}) is (commands that reach loaded objects are the agent's \
+                 self-protection)"
+            )),
+        },
         Subject::Other => Err(format!(
-            "{hook_name} events do not record what its decision looks up (a signal's or tracee's \
-             target, a BPF command)"
+            "{hook_name} events do not record what its decision looks up (the target process)"
         )),
     }
 }
