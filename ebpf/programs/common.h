@@ -509,10 +509,13 @@ static __always_inline struct palisade_event *record(const struct palisade_verdi
 
 /* FNV-1a over the policy and what an event says its operation was, whichever hook saw it (an exec
  * is decided at bprm_check and again at the mapping of the program): the fields of every hook's
- * operation (unused ones are zero) and the path up to its NUL. Not who did it, nor when. */
+ * operation (unused ones are zero) and the path up to its NUL, eight bytes at a time (a loop of
+ * one branch per byte made up a third of what the verifier checks at an agent's start on 6.1).
+ * Not who did it, nor when. */
 static __always_inline __u64 operation_hash(const struct palisade_event *e)
 {
 	const __u64 prime = 0x100000001b3ULL;
+	const __u64 ones = 0x0101010101010101ULL;
 	__u64 hash = 0xcbf29ce484222325ULL;
 	__u32 words[] = { e->policy_id, e->perms, e->arg,     e->family,
 			  e->protocol,  e->port,  e->rdev };
@@ -522,10 +525,16 @@ static __always_inline __u64 operation_hash(const struct palisade_event *e)
 		hash = (hash ^ e->addr[i]) * prime;
 	for (__u32 i = 0; i < sizeof(e->fs_type); i++)
 		hash = (hash ^ e->fs_type[i]) * prime;
-	for (__u32 i = 0; i < sizeof(e->path); i++) {
-		if (!e->path[i])
+	for (__u32 i = 0; i < sizeof(e->path) / sizeof(__u64); i++) {
+		__u64 word;
+		__builtin_memcpy(&word, &e->path[i * sizeof(__u64)], sizeof(word));
+		/* The lowest byte flagged is the first NUL (little-endian): the bytes before it. */
+		__u64 nul = (word - ones) & ~word & (ones << 7);
+		if (nul)
+			word &= ((nul & -nul) >> 7) - 1;
+		hash = (hash ^ word) * prime;
+		if (nul)
 			break;
-		hash = (hash ^ e->path[i]) * prime;
 	}
 	return hash;
 }

@@ -9,10 +9,21 @@
 
 #include "model.h"
 
-static __always_inline __u32 match_globs(const struct palisade_target *target, struct scratch *s,
-					 __u32 chars, __u64 candidates, __u32 perms,
-					 struct palisade_verdict *d)
+/*
+ * The glob rules among `candidates` that match the path of `chars` bytes in the scratch memory's
+ * path, of the policy in its key (as match_path left them), considered into `d`; returns the
+ * permissions of `perms` an allow rule covers. A global function: the verifier checks it once,
+ * not again for every state of its caller that reaches it (inlined, its loops made up most of
+ * the instructions verified for a path hook, and of an agent's start). It looks the scratch memory
+ * up again: before 6.2 a map key cannot be in memory a global function was given.
+ */
+__noinline __u32 match_globs(__u32 chars, __u64 candidates, __u32 perms,
+			     struct palisade_verdict *d)
 {
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch_space, &zero);
+	if (!s || !d)
+		return 0;
 	struct palisade_trie_key *key = &s->key;
 	__u32 n = chars > PALISADE_KEY_PATH_LEN ? PALISADE_KEY_PATH_LEN : chars;
 	for (__u32 i = 0; i < PALISADE_KEY_PATH_LEN; i++) {
@@ -32,7 +43,8 @@ static __always_inline __u32 match_globs(const struct palisade_target *target, s
 			break;
 		if (!((matched >> i) & 1))
 			continue;
-		struct palisade_glob_key glob_key = { .policy_id = target->policy_id, .index = i };
+		struct palisade_glob_key glob_key = { .policy_id = key->data.policy_id,
+						  .index = i };
 		struct palisade_glob_rule *glob = bpf_map_lookup_elem(&globs, &glob_key);
 		if (glob && chars >= glob->min_len && (glob->perms & perms)) {
 			consider(d, glob->action, glob->rule_id);
@@ -66,7 +78,7 @@ static __always_inline __u32 match_path(const struct palisade_target *target, st
 	}
 	/* A non-empty mask means this policy has globs starting with a prefix of the path. */
 	if (prefix->glob_mask)
-		allowed |= match_globs(target, s, len - 1, prefix->glob_mask, perms, d);
+		allowed |= match_globs(len - 1, prefix->glob_mask, perms, d);
 	return allowed;
 }
 
