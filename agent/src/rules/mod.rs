@@ -21,6 +21,7 @@ pub use build::build;
 pub use host::{
     FailureKind, Inspection, LoadedModule, ModuleError, ModuleInstance, RuleHost, hex_digest,
 };
+pub use sandbox::DECIDE_BUDGET;
 
 use std::{
     fmt::Display,

@@ -19,7 +19,7 @@ const EPOCH_TICK: Duration = Duration::from_millis(20);
 /// Time one `compile` call may take.
 pub(super) const COMPILE_BUDGET: Duration = Duration::from_secs(2);
 /// Time one `decide` call (a batch of events) may take.
-pub(super) const DECIDE_BUDGET: Duration = Duration::from_millis(200);
+pub const DECIDE_BUDGET: Duration = Duration::from_millis(200);
 
 /// What the store of a module's instance holds: its limits, and the epoch its budgets count in.
 pub(super) struct State {

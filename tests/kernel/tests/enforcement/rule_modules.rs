@@ -7,6 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use palisade_agent::rules::DECIDE_BUDGET;
 use palisade_kernel_tests::{EPERM, Kernel, binary, exited_within, file, probe, spawn_probe};
 
 use super::{
@@ -204,8 +205,10 @@ fn a_misbehaving_module_is_contained_and_the_agent_keeps_serving() {
 }
 
 /// A module that burns its whole budget on every batch holds up only the events it decides:
-/// `/metrics` and `/healthz` answer within 50 ms (p99), a new policy is enforced at once, and
-/// every event is still written once its batch times out.
+/// `/metrics` and `/healthz` answer as fast as with the module idle (p99 within a quarter of the
+/// budget of the quiet agent's, measured in the same run: one waiting behind a batch would wait
+/// up to the whole budget), a new policy is enforced at once, and every event is still written
+/// once its batch times out.
 #[test]
 fn a_module_burning_its_budget_holds_up_neither_endpoints_nor_policies() {
     let mut kernel = Kernel::new();
@@ -225,6 +228,7 @@ fn a_module_burning_its_budget_holds_up_neither_endpoints_nor_policies() {
     let bpffs = "/sys/fs/bpf/palisade-test-burning";
     let agent = Agent::start_with(dir, bpffs, "burning", &["--audit-rate", "0"]);
     wait_until_ready(&agent);
+    let quiet = endpoint_latencies();
     // Denials all along, so that the worker always has a batch to burn a budget on.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = {
@@ -248,25 +252,7 @@ fn a_module_burning_its_budget_holds_up_neither_endpoints_nor_policies() {
             .unwrap_or(0.0)
     };
     wait_for("a budget burnt", || budget_spent() >= 1.0);
-    // The scraper runs at the agent's control priority: on the VM's one CPU it would otherwise
-    // wait behind the worker this test keeps burning, which a scraper elsewhere does not.
-    let scraper_nice = |nice| {
-        // SAFETY: no memory is passed; on Linux this sets the calling thread's nice value.
-        assert_eq!(unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) }, 0);
-    };
-    scraper_nice(-10);
-    let measuring = Instant::now();
-    let mut latencies = Vec::new();
-    for path in ["/metrics", "/healthz"].repeat(100) {
-        let started = Instant::now();
-        assert_eq!(http_get(path).unwrap().0, 200);
-        latencies.push((started.elapsed(), path, started - measuring));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    scraper_nice(0);
-    latencies.sort();
-    let p99 = latencies[latencies.len() * 99 / 100 - 1].0;
-    let slowest = &latencies[latencies.len() - 10..];
+    let burning_latencies = endpoint_latencies();
     // A new policy, enforced while the module burns: the agent reconciles once the file is
     // written and closed.
     let other = file("/tmp/burning/other");
@@ -289,9 +275,10 @@ fn a_module_burning_its_budget_holds_up_neither_endpoints_nor_policies() {
     let denied = load.join().unwrap();
     assert!(burnt >= 10.0, "{burnt} budgets burnt");
     assert!(
-        p99 < Duration::from_millis(50),
-        "p99 {p99:?}, median {:?}; the slowest (latency, path, when): {slowest:?}",
-        latencies[latencies.len() / 2].0
+        burning_latencies.p99 < quiet.p99 + DECIDE_BUDGET / 4,
+        "burning: {}; quiet: {}",
+        burning_latencies.summary(),
+        quiet.summary()
     );
     assert!(
         enforced_after < Duration::from_secs(1),
@@ -426,4 +413,46 @@ fn a_rego_module_compiles_rules_the_kernel_enforces_and_decides_their_events() {
     assert_eq!(event["severity"], "critical");
     assert_eq!(event["tags"], serde_json::json!(["egress"]));
     assert_eq!(event["annotations"]["destination"], "127.0.0.1");
+}
+
+/// How fast `/metrics` and `/healthz` answer, 100 requests each.
+struct Latencies {
+    p99: Duration,
+    median: Duration,
+    /// The ten slowest: latency, path, and when, from the first request.
+    slowest: Vec<(Duration, &'static str, Duration)>,
+}
+
+impl Latencies {
+    fn summary(&self) -> String {
+        format!(
+            "p99 {:?}, median {:?}, the slowest (latency, path, when) {:?}",
+            self.p99, self.median, self.slowest
+        )
+    }
+}
+
+fn endpoint_latencies() -> Latencies {
+    // The scraper runs at the agent's control priority: on the VM's one CPU it would otherwise
+    // wait behind the worker a module keeps burning, which a scraper elsewhere does not.
+    let scraper_nice = |nice| {
+        // SAFETY: no memory is passed; on Linux this sets the calling thread's nice value.
+        assert_eq!(unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) }, 0);
+    };
+    scraper_nice(-10);
+    let measuring = Instant::now();
+    let mut latencies = Vec::new();
+    for path in ["/metrics", "/healthz"].repeat(100) {
+        let started = Instant::now();
+        assert_eq!(http_get(path).unwrap().0, 200);
+        latencies.push((started.elapsed(), path, started - measuring));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    scraper_nice(0);
+    latencies.sort();
+    Latencies {
+        p99: latencies[latencies.len() * 99 / 100 - 1].0,
+        median: latencies[latencies.len() / 2].0,
+        slowest: latencies[latencies.len() - 10..].to_vec(),
+    }
 }
