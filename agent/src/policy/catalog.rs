@@ -163,7 +163,9 @@ pub fn effects(name: &str, env: &Environment) -> Option<Result<Vec<Effect>, Stri
         // Any block device file, matched by the inode's type, not by its path.
         "disallow-debug-disk-device" => vec![Effect::Switch(Switch::BlockDeviceOpen)],
         "disallow-insmod" => vec![Effect::Capabilities(caps(&["sys_module"]))],
-        "disallow-load-bpf-prog" => vec![Effect::Capabilities(caps(&["sys_admin", "bpf"]))],
+        "disallow-load-bpf-prog" | "disallow-load-ebpf" => {
+            vec![Effect::Capabilities(caps(&["sys_admin", "bpf"]))]
+        }
         "disallow-load-all-bpf-prog" => vec![Effect::Switch(Switch::BpfProgLoad)],
         "disallow-load-bpf-via-setsockopt" => vec![Effect::Switch(Switch::SetsockoptBpf)],
         "disallow-access-procfs-root" => vec![Effect::Switch(Switch::PtraceOutside)],
@@ -219,8 +221,8 @@ pub fn effects(name: &str, env: &Environment) -> Option<Result<Vec<Effect>, Stri
         "disable-network" => vec![sockets(
             &(1..AF_MAX).map(|family| (family, ANY)).collect::<Vec<_>>(),
         )],
-        "disable-inet" => vec![sockets(&[(AF_INET, ANY)])],
-        "disable-inet6" => vec![sockets(&[(AF_INET6, ANY)])],
+        "disable-inet" | "disable-ipv4" => vec![sockets(&[(AF_INET, ANY)])],
+        "disable-inet6" | "disable-ipv6" => vec![sockets(&[(AF_INET6, ANY)])],
         "disable-unix-domain-socket" => vec![sockets(&[(AF_UNIX, ANY)])],
         "disable-icmp" => vec![sockets(&[
             (AF_INET, libc::IPPROTO_ICMP as u32),
@@ -329,6 +331,22 @@ mod tests {
         for (name, _) in known_names() {
             let effects = effects(&name, &env).unwrap_or_else(|| panic!("{name} is unknown"));
             assert!(!effects.unwrap().is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn aliases_have_the_effects_of_their_rule() {
+        let env = Environment::default();
+        for (alias, rule) in [
+            ("disallow-load-ebpf", "disallow-load-bpf-prog"),
+            ("disable-ipv4", "disable-inet"),
+            ("disable-ipv6", "disable-inet6"),
+            (
+                "disallow-metadata-service",
+                "block-access-to-metadata-service",
+            ),
+        ] {
+            assert_eq!(effects(alias, &env), effects(rule, &env), "{alias}");
         }
     }
 
