@@ -202,6 +202,13 @@ struct {
 	__type(value, struct scratch);
 } scratch_space SEC(".maps");
 
+/* This CPU's scratch memory: NULL never in practice. */
+static __always_inline struct scratch *scratch_memory(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&scratch_space, &zero);
+}
+
 static __always_inline void stat_inc(__u32 index)
 {
 	__u64 *count = bpf_map_lookup_elem(&stats, &index);

@@ -31,8 +31,7 @@ static __always_inline int modeling(const struct subject *subject)
 static __always_inline struct palisade_model_key *new_record(const struct subject *subject,
 							     __u32 kind)
 {
-	__u32 zero = 0;
-	struct scratch *s = bpf_map_lookup_elem(&scratch_space, &zero);
+	struct scratch *s = scratch_memory();
 	if (!s)
 		return NULL;
 	struct palisade_model_key *key = &s->model;

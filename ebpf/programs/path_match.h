@@ -20,8 +20,7 @@
 __noinline __u32 match_globs(__u32 chars, __u64 candidates, __u32 perms,
 			     struct palisade_verdict *d)
 {
-	__u32 zero = 0;
-	struct scratch *s = bpf_map_lookup_elem(&scratch_space, &zero);
+	struct scratch *s = scratch_memory();
 	if (!s || !d)
 		return 0;
 	struct palisade_trie_key *key = &s->key;
@@ -88,8 +87,7 @@ static __always_inline struct scratch *find_path_subject(struct subject *subject
 {
 	if (!find_subject(subject))
 		return NULL;
-	__u32 zero = 0;
-	return bpf_map_lookup_elem(&scratch_space, &zero);
+	return scratch_memory();
 }
 
 /* Whether the subject's policy has path rules. */
