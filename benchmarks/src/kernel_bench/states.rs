@@ -16,13 +16,14 @@ use super::{
 };
 
 /// Built-in rules the S4 states leave out because they deny what the benchmarks themselves do
-/// (run busybox, open TCP connections, and nginx looks its user up in /etc/passwd); every other
-/// built-in rule is on.
+/// (run busybox, open TCP connections, and nginx looks its user up in /etc/passwd), under any of
+/// their names; every other built-in rule is on.
 const LEFT_OUT: &[&str] = &[
     "disable-busybox",
     "disable-shell",
     "disable-network",
     "disable-inet",
+    "disable-ipv4",
     "disable-tcp",
     "disable-access-passwd",
 ];
