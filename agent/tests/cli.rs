@@ -30,13 +30,16 @@ fn policy_compile_prints_the_map_entries() {
     assert!(
         out.starts_with(
             "policy \"protect-secrets\": 10 rules, 18 prefix entries, 3 suffix entries, 3 globs, \
-             0 mount types, 0 socket entries, 5 network entries\nrule 1 \"runtime-default\": deny\n"
+             0 mount types, 3 socket entries, 5 network entries\nrule 1 \"runtime-default\": deny\n"
         ),
         "{out}"
     );
     for line in [
         "path_prefixes \"/srv/secrets/\": read=deny+audit(rule 7) write=deny+audit(rule 7) append=deny+audit(rule 7) globs=0x2\n",
         "network 169.254.169.254/32 protocol 0 port 0: deny+audit(rule 4)\n",
+        // The metadata service is not reachable through raw IP or packet sockets either.
+        "sockets family 2 type 3: deny+audit(rule 4)\n",
+        "sockets family 17 protocol any: deny+audit(rule 4)\n",
         "userns_create: deny+audit(rule 3)\n",
     ] {
         assert!(out.contains(line), "{line} in {out}");
@@ -63,7 +66,7 @@ fn policy_compile_prints_the_map_entries_as_json() {
         ("path_suffixes", 3),
         ("globs", 3),
         ("mount_types", 0),
-        ("sockets", 0),
+        ("sockets", 3),
         ("network", 5),
     ] {
         assert_eq!(counted(field), Some(count), "{field} in {out}");

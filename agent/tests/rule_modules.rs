@@ -208,6 +208,10 @@ fn the_network_family_compiles_to_the_same_entries_as_the_built_in_rules() {
             "attackProtectionRules",
             &[
                 "block-access-to-metadata-service",
+                "block-access-to-aws-metadata-service",
+                "block-access-to-volc-metadata-service",
+                "block-access-to-alibaba-metadata-service",
+                "block-access-to-oci-metadata-service",
                 "block-access-to-kube-apiserver",
             ],
         )],
@@ -805,9 +809,9 @@ fn a_module_s_allow_rules_are_checked_like_the_policy_s() {
             "spec.ruleModules[0] (bad-family).allow[\"s\"].sockets[0].family: unknown address family \"nonsense\"",
         ),
         (
-            "deny-sockets",
-            r#"[{"name": "s", "action": "deny", "sockets": [{"family": "packet"}]}]"#,
-            "spec.ruleModules[0] (deny-sockets): rule \"s\": sockets and unix-sockets rules can only allow",
+            "deny-unix-sockets",
+            r#"[{"name": "s", "action": "deny", "unix_sockets": ["/run/a.sock"]}]"#,
+            "spec.ruleModules[0] (deny-unix-sockets): rule \"s\": unix-sockets rules can only allow",
         ),
         (
             "every-mount",

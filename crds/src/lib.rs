@@ -18,10 +18,10 @@ pub use model::{
     PalisadeClusterBehaviorModel, PalisadeClusterBehaviorModelSpec,
 };
 pub use spec::{
-    Action, AllowRules, BehaviorModeling, CapabilityRule, CustomRules, DefenseInDepth,
-    EnhanceProtect, ExecRule, FileAllow, FileRule, Mode, MountRule, NetworkAllow, NetworkRule,
-    OnFailure, Permission, PolicySpec, PortRange, Protocol, RuleModule, SocketAllow, Target,
-    WorkloadKind,
+    Action, AllowRules, AttackProtection, BehaviorModeling, CapabilityRule, CustomRules,
+    DefenseInDepth, EnhanceProtect, ExecRule, FileAllow, FileRule, Mode, MountRule, NetworkAllow,
+    NetworkRule, OnFailure, Permission, PolicySpec, PortRange, Protocol, RuleModule, SocketAllow,
+    SocketRule, Target, VArmorRules, WorkloadKind,
 };
 pub use status::{ENFORCED, ModelState, NodeModel, NodeStatus, PolicyStatus, READY};
 

@@ -1,6 +1,7 @@
 //! The names of the built-in rules, by the `spec.enhanceProtect` list each belongs in. What each
 //! rule does is the agent's business (its catalog); the names are part of the API: the CRD
-//! schema lists them, so the API server refuses a misspelled rule.
+//! schema lists them, so the API server refuses a misspelled rule (the agent checks
+//! attackProtectionRules, whose schema also takes vArmor's items).
 
 /// The list of `spec.enhanceProtect` a built-in rule belongs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,6 +131,22 @@ pub const RULES: &[(&str, Category)] = &[
         Category::AttackProtection,
     ),
     ("disallow-metadata-service", Category::AttackProtection),
+    (
+        "block-access-to-aws-metadata-service",
+        Category::AttackProtection,
+    ),
+    (
+        "block-access-to-volc-metadata-service",
+        Category::AttackProtection,
+    ),
+    (
+        "block-access-to-alibaba-metadata-service",
+        Category::AttackProtection,
+    ),
+    (
+        "block-access-to-oci-metadata-service",
+        Category::AttackProtection,
+    ),
     ("block-access-to-kube-apiserver", Category::AttackProtection),
     (
         "block-access-to-container-runtime",
@@ -138,6 +155,13 @@ pub const RULES: &[(&str, Category)] = &[
     ("cgroups-lxcfs-escape-mitigation", Category::VulMitigation),
     ("runc-override-mitigation", Category::VulMitigation),
     ("copy-fail-mitigation", Category::VulMitigation),
+];
+
+/// vArmor's rules that only its seccomp profiles enforce. The schema takes them, as it takes a
+/// vArmor policy; the agent refuses them, saying what to use instead.
+pub const SECCOMP_ONLY: &[(&str, Category)] = &[
+    ("disallow-userfaultfd-creation", Category::Hardening),
+    ("dirty-pipe-mitigation", Category::VulMitigation),
 ];
 
 /// Every name a policy may use: the rules above and `disable-cap-<name>` for each capability.
@@ -154,10 +178,14 @@ pub fn known_names() -> Vec<(String, Category)> {
         .collect()
 }
 
-/// The names that belong in `category`'s list.
+/// The names `category`'s list takes in the schema: its rules and those of SECCOMP_ONLY.
 pub fn names_in(category: Category) -> Vec<String> {
+    let seccomp_only = SECCOMP_ONLY
+        .iter()
+        .map(|(name, belongs)| ((*name).to_owned(), *belongs));
     known_names()
         .into_iter()
+        .chain(seccomp_only)
         .filter(|(_, belongs)| *belongs == category)
         .map(|(name, _)| name)
         .collect()

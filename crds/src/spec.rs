@@ -1,12 +1,15 @@
 //! What a policy says: who is protected (`target`), how (`mode`), and with which rules. One
 //! model for local policy files and for both custom resource kinds.
 
-use std::borrow::Cow;
+use std::{borrow::Cow, fmt};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::KubeSchema;
+use kube::{KubeSchema, core::Rule};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
-use serde::{Deserialize, Serialize};
+use serde::{
+    Deserialize, Deserializer, Serialize,
+    de::{self, MapAccess, Visitor},
+};
 
 use crate::rules::{Category, names_in};
 
@@ -212,7 +215,7 @@ pub struct SocketAllow {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[x_kube(validation = Rule::new("!has(self.auditRules) || self.auditRules.all(r, (has(self.hardeningRules) && r in self.hardeningRules) || (has(self.attackProtectionRules) && r in self.attackProtectionRules) || (has(self.vulMitigationRules) && r in self.vulMitigationRules))").message("every auditRules entry must also be listed in hardeningRules, attackProtectionRules or vulMitigationRules"))]
+#[x_kube(validation = audit_rules_listed())]
 pub struct EnhanceProtect {
     /// The target is a privileged container: the RuntimeDefault set is not applied.
     #[serde(default)]
@@ -222,7 +225,7 @@ pub struct EnhanceProtect {
     pub hardening_rules: Vec<String>,
     #[serde(default)]
     #[schemars(schema_with = "attack_protection_rules")]
-    pub attack_protection_rules: Vec<String>,
+    pub attack_protection_rules: Vec<AttackProtection>,
     #[serde(default)]
     #[schemars(schema_with = "vul_mitigation_rules")]
     pub vul_mitigation_rules: Vec<String>,
@@ -240,6 +243,49 @@ pub struct EnhanceProtect {
     pub allow_violations: bool,
 }
 
+/// An `attackProtectionRules` item: a built-in rule's name, or vArmor's form of an item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum AttackProtection {
+    Rule(String),
+    VArmor(VArmorRules),
+}
+
+/// vArmor's `attackProtectionRules` item: built-in rules, and the programs they apply to. vArmor
+/// confines `targets` with AppArmor only (its BPF enforcer leaves such an item out), and
+/// Palisade's rules apply to every process of the target: `targets` must be empty.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VArmorRules {
+    pub rules: Vec<String>,
+    #[serde(default)]
+    pub targets: Vec<String>,
+}
+
+impl<'de> Deserialize<'de> for AttackProtection {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Not `untagged`: its error would not say what is wrong with a vArmor item.
+        struct Item;
+        impl<'de> Visitor<'de> for Item {
+            type Value = AttackProtection;
+
+            fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+                formatter.write_str("a built-in rule's name or {rules, targets}")
+            }
+
+            fn visit_str<E: de::Error>(self, name: &str) -> Result<AttackProtection, E> {
+                Ok(AttackProtection::Rule(name.to_owned()))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<AttackProtection, A::Error> {
+                VArmorRules::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(AttackProtection::VArmor)
+            }
+        }
+        deserializer.deserialize_any(Item)
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CustomRules {
@@ -253,10 +299,13 @@ pub struct CustomRules {
     pub mount: Vec<MountRule>,
     #[serde(default)]
     pub capabilities: Vec<CapabilityRule>,
+    #[serde(default)]
+    pub sockets: Vec<SocketRule>,
 }
 
-/// Files matching `paths` (globs: `*` within a path component, `**` across them, a trailing `/`
-/// for a directory's contents).
+/// Files matching `paths`: an exact path, a directory's contents (a trailing `/` or `/**`), or
+/// one `**` anywhere for any characters, `/` included (`/proc/**/mem`). `*` within a path
+/// component, `?` and `[` are not supported.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FileRule {
@@ -346,6 +395,19 @@ pub struct CapabilityRule {
     pub action: Action,
 }
 
+/// Creating sockets of a family (`unix`, `inet`, `inet6`, `netlink`, `packet`... or its number),
+/// of the listed types (`stream`, `dgram`, `raw`, `seqpacket`...; all when empty).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SocketRule {
+    #[serde(default)]
+    pub name: Option<String>,
+    pub family: String,
+    #[serde(default)]
+    pub types: Vec<String>,
+    pub action: Action,
+}
+
 /// `read`, `write` (every open for writing, and truncating, deleting, renaming, linking and
 /// changing the mode of the file), `append` (only opens with O_APPEND) and `exec`.
 #[derive(
@@ -398,11 +460,30 @@ fn hardening_rules(_: &mut SchemaGenerator) -> Schema {
     )
 }
 
+/// Names, or vArmor's items. A structural schema leaves a list of two kinds of item untyped, and
+/// CEL cannot see into it: the agent checks this list (the policy's status says what is wrong).
 fn attack_protection_rules(_: &mut SchemaGenerator) -> Schema {
-    rule_list(
-        "Built-in rules against what attackers do once inside (leaks, tools, network).",
-        names_in(Category::AttackProtection),
-    )
+    json_schema!({
+        "description": "Built-in rules against what attackers do once inside (leaks, tools, network): names, or vArmor's items {rules: [names], targets: []}.",
+        "type": "array",
+        "maxItems": names_in(Category::AttackProtection).len(),
+        "items": {"x-kubernetes-preserve-unknown-fields": true},
+    })
+}
+
+/// Every auditRules entry is listed in hardeningRules or vulMitigationRules, or is an
+/// attackProtectionRules rule: CEL cannot see that list (see attack_protection_rules), so whether
+/// it lists the rule is the agent's to check.
+fn audit_rules_listed() -> Rule {
+    let attack: Vec<String> = names_in(Category::AttackProtection)
+        .iter()
+        .map(|name| format!("'{name}'"))
+        .collect();
+    Rule::new(format!(
+        "!has(self.auditRules) || self.auditRules.all(r, (has(self.hardeningRules) && r in self.hardeningRules) || r in [{}] || (has(self.vulMitigationRules) && r in self.vulMitigationRules))",
+        attack.join(", ")
+    ))
+    .message("every auditRules entry must also be listed in hardeningRules, attackProtectionRules or vulMitigationRules")
 }
 
 fn vul_mitigation_rules(_: &mut SchemaGenerator) -> Schema {

@@ -293,12 +293,12 @@ impl Entry {
         }
     }
 
-    /// Creating the sockets `sockets` lists (an allow rule: only `Action::Allow`).
-    pub fn sockets(name: impl Into<String>, sockets: Vec<SocketRule>) -> Self {
+    /// Creating the sockets `sockets` lists.
+    pub fn sockets(name: impl Into<String>, sockets: Vec<SocketRule>, action: Action) -> Self {
         Self {
             name: name.into(),
             matcher: Matcher::Sockets(sockets),
-            action: Action::Allow,
+            action,
         }
     }
 

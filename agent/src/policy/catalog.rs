@@ -103,6 +103,7 @@ const AF_UNIX: u32 = libc::AF_UNIX as u32;
 const AF_INET: u32 = libc::AF_INET as u32;
 const AF_INET6: u32 = libc::AF_INET6 as u32;
 const AF_ALG: u32 = libc::AF_ALG as u32;
+const AF_PACKET: u32 = libc::AF_PACKET as u32;
 /// Address families 1..AF_MAX (46 on 6.1 and 6.12).
 const AF_MAX: u32 = 46;
 const ANY: u32 = palisade_common::ANY_PROTOCOL;
@@ -111,15 +112,27 @@ fn sockets(keys: &[(u32, u32)]) -> Effect {
     Effect::Sockets(keys.to_vec())
 }
 
-fn unreachable(addresses: &[&str]) -> Result<Effect, String> {
-    Ok(Effect::Network {
-        blocks: addresses
-            .iter()
-            .map(|address| AddressBlock::parse(address))
-            .collect::<Result<_, _>>()?,
-        ports: Vec::new(),
-        protocols: Vec::new(),
-    })
+/// `addresses` cannot be reached: no connect or datagram to them, and none of the sockets that
+/// reach an address without giving the hooks a destination to check: packet sockets (frames of
+/// their own making) and raw IP sockets (a header of their own with IP_HDRINCL).
+fn unreachable(addresses: &[&str]) -> Result<Vec<Effect>, String> {
+    let raw = palisade_common::SOCKET_TYPE | libc::SOCK_RAW as u32;
+    Ok(vec![
+        Effect::Network {
+            blocks: addresses
+                .iter()
+                .map(|address| AddressBlock::parse(address))
+                .collect::<Result<_, _>>()?,
+            ports: Vec::new(),
+            protocols: Vec::new(),
+        },
+        sockets(&[(AF_PACKET, ANY), (AF_INET, raw), (AF_INET6, raw)]),
+    ])
+}
+
+/// A built-in rule of addresses this file lists.
+fn unreachable_builtin(addresses: &[&str]) -> Vec<Effect> {
+    unreachable(addresses).expect("the built-in addresses parse")
 }
 
 /// The container runtimes' default hardening (containerd's and CRI-O's AppArmor defaults, as
@@ -142,6 +155,18 @@ pub fn runtime_default() -> Vec<Effect> {
         Effect::Switch(Switch::PtraceOutside),
     ]
 }
+
+const USERFAULTFD_INSTEAD: &str = "vArmor enforces this rule with seccomp, which Palisade does \
+    not load, and none of Palisade's kernel hooks sees a userfaultfd being created. Use \
+    disable-cap-sys-ptrace with the sysctl vm.unprivileged_userfaultfd at 0 (the default): \
+    without CAP_SYS_PTRACE a userfaultfd then handles faults in user memory only, not the \
+    kernel's copies exploits pause; or a seccomp profile that refuses userfaultfd (the pod's \
+    seccompProfile)";
+
+const DIRTY_PIPE_INSTEAD: &str = "vArmor enforces this rule with seccomp (refusing splice), \
+    which Palisade does not load; no kernel hook tells the exploit's splice and pipe write from \
+    ordinary ones. Use a kernel with the fix for CVE-2022-0847 (5.10.102, 5.15.25, 5.16.11 and \
+    later), or on an older one a seccomp profile that refuses splice";
 
 /// The effects of built-in rule `name`, or why it cannot be used here. `None` for an unknown
 /// name.
@@ -239,16 +264,19 @@ pub fn effects(name: &str, env: &Environment) -> Option<Result<Vec<Effect>, Stri
             (AF_INET6, libc::IPPROTO_UDPLITE as u32),
         ])],
         // AWS, GCP, Azure, OpenStack; AWS over IPv6; Volcengine; Alibaba Cloud; Oracle Cloud.
-        "block-access-to-metadata-service" | "disallow-metadata-service" => vec![
-            unreachable(&[
-                "169.254.169.254",
-                "fd00:ec2::254",
-                "100.96.0.96",
-                "100.100.100.200",
-                "192.0.0.192",
-            ])
-            .expect("the built-in addresses parse"),
-        ],
+        "block-access-to-metadata-service" | "disallow-metadata-service" => unreachable_builtin(&[
+            "169.254.169.254",
+            "fd00:ec2::254",
+            "100.96.0.96",
+            "100.100.100.200",
+            "192.0.0.192",
+        ]),
+        "block-access-to-aws-metadata-service" => {
+            unreachable_builtin(&["169.254.169.254", "fd00:ec2::254"])
+        }
+        "block-access-to-volc-metadata-service" => unreachable_builtin(&["100.96.0.96"]),
+        "block-access-to-alibaba-metadata-service" => unreachable_builtin(&["100.100.100.200"]),
+        "block-access-to-oci-metadata-service" => unreachable_builtin(&["192.0.0.192"]),
         "block-access-to-kube-apiserver" => {
             if env.kube_apiserver.is_empty() {
                 return Some(Err("the API server's address is unknown \
@@ -257,7 +285,7 @@ pub fn effects(name: &str, env: &Environment) -> Option<Result<Vec<Effect>, Stri
             }
             let addresses: Vec<&str> = env.kube_apiserver.iter().map(String::as_str).collect();
             match unreachable(&addresses) {
-                Ok(effect) => vec![effect],
+                Ok(effects) => effects,
                 Err(reason) => return Some(Err(reason)),
             }
         }
@@ -285,6 +313,9 @@ pub fn effects(name: &str, env: &Environment) -> Option<Result<Vec<Effect>, Stri
         // The host's runc, however the target reaches it (/proc/self/exe included).
         "runc-override-mitigation" => vec![files(&["/**/runc"], WRITE)],
         "copy-fail-mitigation" => vec![sockets(&[(AF_ALG, ANY)])],
+        // vArmor enforces these two with seccomp only: a system call refused whatever it is for.
+        "disallow-userfaultfd-creation" => return Some(Err(USERFAULTFD_INSTEAD.to_owned())),
+        "dirty-pipe-mitigation" => return Some(Err(DIRTY_PIPE_INSTEAD.to_owned())),
         other => {
             let cap = other.strip_prefix("disable-cap-")?;
             vec![Effect::Capabilities(1 << capability(cap)?)]
@@ -331,6 +362,40 @@ mod tests {
         for (name, _) in known_names() {
             let effects = effects(&name, &env).unwrap_or_else(|| panic!("{name} is unknown"));
             assert!(!effects.unwrap().is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn seccomp_only_rules_are_refused_with_what_to_use_instead() {
+        for (name, _) in palisade_crds::rules::SECCOMP_ONLY {
+            let Some(Err(reason)) = effects(name, &Environment::default()) else {
+                panic!("{name} is not refused")
+            };
+            assert!(
+                reason.contains("seccomp") && reason.contains("Use"),
+                "{reason}"
+            );
+        }
+    }
+
+    #[test]
+    fn egress_rules_also_refuse_packet_and_raw_ip_sockets() {
+        let env = Environment {
+            kube_apiserver: vec!["10.96.0.1".into()],
+            ..Environment::default()
+        };
+        let raw = palisade_common::SOCKET_TYPE | libc::SOCK_RAW as u32;
+        let unhooked = Effect::Sockets(vec![(AF_PACKET, ANY), (AF_INET, raw), (AF_INET6, raw)]);
+        for (name, _) in known_names() {
+            let Some(Ok(effects)) = effects(&name, &env) else {
+                continue;
+            };
+            if effects
+                .iter()
+                .any(|effect| matches!(effect, Effect::Network { .. }))
+            {
+                assert!(effects.contains(&unhooked), "{name}");
+            }
         }
     }
 

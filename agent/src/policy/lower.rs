@@ -8,8 +8,8 @@ use palisade_common::{ANY_PROTOCOL, FS_TYPE_LEN, MAX_GLOBS, PERM_CONNECT, SOCKET
 use palisade_rule_sdk::model::{family_number, socket_type_number};
 
 use super::{
-    Action, AllowRules, CustomRules, Mode, Pattern, Policy, PolicyError, PortRange, Protocol,
-    RuleModule,
+    Action, AllowRules, AttackProtection, CustomRules, EnhanceProtect, Mode, Pattern, Policy,
+    PolicyError, PortRange, Protocol, RuleModule, VArmorRules,
     catalog::{self, Category, Environment},
     effect::{AddressBlock, Allowance, EXEC_RULE_PERMS, Effect, Switch, parse_port_range},
     permission::kernel_perms,
@@ -75,13 +75,26 @@ pub(super) fn lower(
     if policy.spec.mode != Mode::AlwaysAllow {
         for (index, (module, compiled)) in policy.spec.rule_modules.iter().zip(modules).enumerate()
         {
+            let mut module_rules = Vec::new();
             custom_rules(
                 source,
                 &compiled.custom,
                 &module_field(index, module),
                 &format!("{}/", module.name),
-                &mut rules,
+                &mut module_rules,
             )?;
+            // A module's entries of one name and action are one rule (one entry matches one kind
+            // of operation, a rule may match several, as a built-in rule does).
+            let first = rules.len();
+            for rule in module_rules {
+                let same = rules[first..]
+                    .iter_mut()
+                    .find(|earlier| earlier.name == rule.name && earlier.action == rule.action);
+                match same {
+                    Some(earlier) => earlier.effects.extend(rule.effects),
+                    None => rules.push(rule),
+                }
+            }
         }
     }
     for (index, rule) in rules.iter().enumerate() {
@@ -248,29 +261,43 @@ fn allowances(
     let mut sockets = Vec::new();
     for (index, socket) in allow.sockets.iter().enumerate() {
         let field = format!("{}[{index}]", list("sockets"));
-        let family = family_number(&socket.family)
-            .filter(|family| *family < MAX_FAMILY)
-            .ok_or_else(|| {
-                PolicyError::new(
-                    source,
-                    format!("{field}.family"),
-                    format!("unknown address family \"{}\"", socket.family),
-                )
-            })?;
-        let types = parse_each(source, &format!("{field}.types"), &socket.types, |kind| {
-            socket_type_number(kind)
-                .filter(|kind| (1..=SOCK_TYPE_MASK).contains(kind))
-                .ok_or_else(|| format!("unknown socket type \"{kind}\""))
-        })?;
-        if types.is_empty() {
-            sockets.push((family, ANY_PROTOCOL));
-        }
-        sockets.extend(types.iter().map(|kind| (family, SOCKET_TYPE | kind)));
+        sockets.extend(socket_keys(source, &field, &socket.family, &socket.types)?);
     }
     if !sockets.is_empty() {
         allow_at(list("sockets"), Effect::Sockets(sockets));
     }
     Ok(allowed)
+}
+
+/// The `sockets` map keys of sockets of `family` and `types` (every type when empty), found at
+/// `field`.
+fn socket_keys(
+    source: &dyn Display,
+    field: &str,
+    family: &str,
+    types: &[String],
+) -> Result<Vec<(u32, u32)>, PolicyError> {
+    let family = family_number(family)
+        .filter(|family| *family < MAX_FAMILY)
+        .ok_or_else(|| {
+            PolicyError::new(
+                source,
+                format!("{field}.family"),
+                format!("unknown address family \"{family}\""),
+            )
+        })?;
+    let types = parse_each(source, &format!("{field}.types"), types, |kind| {
+        socket_type_number(kind)
+            .filter(|kind| (1..=SOCK_TYPE_MASK).contains(kind))
+            .ok_or_else(|| format!("unknown socket type \"{kind}\""))
+    })?;
+    if types.is_empty() {
+        return Ok(vec![(family, ANY_PROTOCOL)]);
+    }
+    Ok(types
+        .iter()
+        .map(|kind| (family, SOCKET_TYPE | kind))
+        .collect())
 }
 
 /// Hours, minutes and seconds in that order, each optional ("90s", "15m", "1h30m"), from 1 s to
@@ -375,49 +402,41 @@ fn listed_rules(
     if !enhance.privileged {
         rules.push(runtime_default());
     }
-    let lists = [
-        (Category::Hardening, &enhance.hardening_rules),
-        (Category::AttackProtection, &enhance.attack_protection_rules),
-        (Category::VulMitigation, &enhance.vul_mitigation_rules),
-    ];
+    let listed = built_in_names(source, &enhance)?;
     let known = catalog::known_names();
-    for (category, list) in lists {
-        for (index, rule) in list.iter().enumerate() {
-            let field = format!("{ENHANCE_PROTECT}.{}[{index}]", category.field());
-            let name = rule.as_str();
-            let error = |reason: String| PolicyError::new(source, &field, reason);
-            let effects = match catalog::effects(name, env) {
-                None => {
-                    let hint = catalog::closest(name)
-                        .map(|close| format!(" (did you mean \"{close}\"?)"))
-                        .unwrap_or_default();
-                    return Err(error(format!("unknown built-in rule \"{name}\"{hint}")));
-                }
-                Some(Err(reason)) => return Err(error(format!("\"{name}\": {reason}"))),
-                Some(Ok(effects)) => effects,
-            };
-            let belongs = known
-                .iter()
-                .find(|(known, _)| known == name)
-                .map(|(_, category)| *category);
-            if belongs != Some(category) {
-                let list = belongs.map_or("another list", Category::field);
-                return Err(error(format!("\"{name}\" belongs in {list}")));
+    for (category, field, name) in &listed {
+        let error = |reason: String| PolicyError::new(source, field, reason);
+        let effects = match catalog::effects(name, env) {
+            None => {
+                let hint = catalog::closest(name)
+                    .map(|close| format!(" (did you mean \"{close}\"?)"))
+                    .unwrap_or_default();
+                return Err(error(format!("unknown built-in rule \"{name}\"{hint}")));
             }
-            rules.push(Rule {
-                field,
-                name: name.to_owned(),
-                action: if enhance.audit_rules.contains(rule) {
-                    Action::Audit
-                } else {
-                    Action::Deny
-                },
-                effects,
-            });
+            Some(Err(reason)) => return Err(error(format!("\"{name}\": {reason}"))),
+            Some(Ok(effects)) => effects,
+        };
+        let belongs = known
+            .iter()
+            .find(|(known, _)| known == name)
+            .map(|(_, category)| *category);
+        if belongs != Some(*category) {
+            let list = belongs.map_or("another list", Category::field);
+            return Err(error(format!("\"{name}\" belongs in {list}")));
         }
+        rules.push(Rule {
+            field: field.clone(),
+            name: (*name).to_owned(),
+            action: if enhance.audit_rules.iter().any(|audited| audited == name) {
+                Action::Audit
+            } else {
+                Action::Deny
+            },
+            effects,
+        });
     }
     for (index, name) in enhance.audit_rules.iter().enumerate() {
-        if !lists.iter().any(|(_, list)| list.contains(name)) {
+        if !listed.iter().any(|(_, _, listed)| listed == name) {
             return Err(PolicyError::new(
                 source,
                 format!("{ENHANCE_PROTECT}.auditRules[{index}]"),
@@ -430,6 +449,53 @@ fn listed_rules(
     let base = format!("{ENHANCE_PROTECT}.customRules");
     custom_rules(source, &enhance.custom_rules, &base, "", &mut rules)?;
     Ok(rules)
+}
+
+/// The built-in rules `enhance` lists, each with its list and the field it is at. vArmor's
+/// `attackProtectionRules` items give their rules; one with `targets` is refused.
+fn built_in_names<'a>(
+    source: &dyn Display,
+    enhance: &'a EnhanceProtect,
+) -> Result<Vec<(Category, String, &'a str)>, PolicyError> {
+    let each = |category: Category, field: String, names: &'a [String]| {
+        names
+            .iter()
+            .enumerate()
+            .map(move |(index, name)| (category, format!("{field}[{index}]"), name.as_str()))
+    };
+    let field = |category: Category| format!("{ENHANCE_PROTECT}.{}", category.field());
+    let mut listed: Vec<_> = each(
+        Category::Hardening,
+        field(Category::Hardening),
+        &enhance.hardening_rules,
+    )
+    .collect();
+    let attack = Category::AttackProtection;
+    for (index, item) in enhance.attack_protection_rules.iter().enumerate() {
+        let item_field = format!("{}[{index}]", field(attack));
+        match item {
+            AttackProtection::Rule(name) => listed.push((attack, item_field, name.as_str())),
+            AttackProtection::VArmor(VArmorRules { rules, targets }) => {
+                if !targets.is_empty() {
+                    return Err(PolicyError::new(
+                        source,
+                        format!("{item_field}.targets"),
+                        "rules for some programs only are not supported: Palisade's rules apply \
+                         to every process of the target (vArmor confines targets with AppArmor \
+                         only; its BPF enforcer leaves such an item out). List the rules \
+                         without targets, or leave the item out",
+                    ));
+                }
+                listed.extend(each(attack, format!("{item_field}.rules"), rules));
+            }
+        }
+    }
+    listed.extend(each(
+        Category::VulMitigation,
+        field(Category::VulMitigation),
+        &enhance.vul_mitigation_rules,
+    ));
+    Ok(listed)
 }
 
 /// Parses each of `items` (found at `field[i]`), or names the first that does not parse.
@@ -667,6 +733,11 @@ fn custom_rules(
             effect,
         );
     }
+    for (index, rule) in custom.sockets.iter().enumerate() {
+        let field = field("sockets", index);
+        let effect = Effect::Sockets(socket_keys(source, &field, &rule.family, &rule.types)?);
+        push(field, "sockets", index, &rule.name, rule.action, effect);
+    }
     Ok(())
 }
 
@@ -685,7 +756,7 @@ mod tests {
         let cases = [
             (
                 with_rules("    filez: []\n"),
-                "p.yaml: spec.enhanceProtect.customRules: unknown field `filez`, expected one of `files`, `exec`, `network`, `mount`, `capabilities` at line 10 column 7",
+                "p.yaml: spec.enhanceProtect.customRules: unknown field `filez`, expected one of `files`, `exec`, `network`, `mount`, `capabilities`, `sockets` at line 10 column 7",
             ),
             (
                 with_rules("    files:\n      - paths: [/a]\n        permissions: [exe]\n        action: deny\n"),
@@ -894,11 +965,90 @@ mod tests {
             error("attackProtectionRules", "block-access-to-kube-apiserver"),
             "p.yaml: spec.enhanceProtect.attackProtectionRules[0]: \"block-access-to-kube-apiserver\": the API server's address is unknown (KUBERNETES_SERVICE_HOST is not set)"
         );
+        assert!(
+            error("vulMitigationRules", "dirty-pipe-mitigation").starts_with(
+                "p.yaml: spec.enhanceProtect.vulMitigationRules[0]: \"dirty-pipe-mitigation\": vArmor enforces this rule with seccomp"
+            )
+        );
         assert_eq!(
             parse(&with_spec("  mode: RuntimeDefault\n  enhanceProtect: {}\n"))
                 .unwrap_err()
                 .to_string(),
             "p.yaml: spec.enhanceProtect: only allowed with mode EnhanceProtect or DefenseInDepth, not RuntimeDefault"
+        );
+    }
+
+    #[test]
+    fn custom_socket_rules_by_family_and_type() {
+        let policy = parse(&with_rules(
+            "    sockets:\n      - {family: packet, action: deny}\n      - {family: inet, types: [raw, dgram], action: audit}\n",
+        ))
+        .unwrap();
+        let verdict = |action, rule_id| palisade_common::Verdict { action, rule_id };
+        let (deny, audit) = (palisade_common::ACTION_DENY, palisade_common::ACTION_AUDIT);
+        let kind = |kind: i32| SOCKET_TYPE | kind as u32;
+        assert_eq!(
+            policy.entries().sockets,
+            [
+                (
+                    (libc::AF_INET as u32, kind(libc::SOCK_DGRAM)),
+                    verdict(audit, 2)
+                ),
+                (
+                    (libc::AF_INET as u32, kind(libc::SOCK_RAW)),
+                    verdict(audit, 2)
+                ),
+                ((libc::AF_PACKET as u32, ANY_PROTOCOL), verdict(deny, 1)),
+            ]
+        );
+        assert_eq!(
+            parse(&with_rules(
+                "    sockets:\n      - {family: inet, types: [rawr], action: deny}\n"
+            ))
+            .unwrap_err()
+            .to_string(),
+            "p.yaml: spec.enhanceProtect.customRules.sockets[0].types[0]: unknown socket type \"rawr\""
+        );
+    }
+
+    #[test]
+    fn varmor_attack_protection_items_are_rules_without_targets() {
+        let enhance = |lists: &str| {
+            with_spec(&format!(
+                "  mode: EnhanceProtect\n  enhanceProtect:\n{lists}    auditRules: [mitigate-sa-leak]\n"
+            ))
+        };
+        let flat = parse(&enhance(
+            "    attackProtectionRules: [disable-shell, mitigate-sa-leak]\n",
+        ))
+        .unwrap();
+        let varmor = parse(&enhance(
+            "    attackProtectionRules:\n      - rules: [disable-shell]\n      - rules: [mitigate-sa-leak]\n        targets: []\n",
+        ))
+        .unwrap();
+        assert_eq!(varmor.rules(), flat.rules());
+        assert_eq!(varmor.entries(), flat.entries());
+        let error = |items: &str| {
+            parse(&enhance(&format!("    attackProtectionRules:\n{items}")))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            error(
+                "      - disable-shell\n      - rules: [mitigate-sa-leak]\n        targets: [/bin/bash]\n"
+            ),
+            "p.yaml: spec.enhanceProtect.attackProtectionRules[1].targets: rules for some programs only are not supported: Palisade's rules apply to every process of the target (vArmor confines targets with AppArmor only; its BPF enforcer leaves such an item out). List the rules without targets, or leave the item out"
+        );
+        assert_eq!(
+            error("      - rules: [mitigate-sa-leak, disable-shel]\n"),
+            "p.yaml: spec.enhanceProtect.attackProtectionRules[0].rules[1]: unknown built-in rule \"disable-shel\" (did you mean \"disable-shell\"?)"
+        );
+        assert!(
+            error("      - rulez: [mitigate-sa-leak]\n")
+                .starts_with("p.yaml: spec.enhanceProtect.attackProtectionRules[0]: unknown field `rulez`, expected `rules` or `targets`"),
+        );
+        assert!(
+            error("      - 7\n").contains("expected a built-in rule's name or {rules, targets}"),
         );
     }
 

@@ -18,9 +18,9 @@ pub use encode::{MapEntries, NetworkEntry, TrieEntry};
 pub use lower::{ModuleRules, ip_protocol, module_field};
 pub use model::{KIND, MAX_FILE_BYTES, Metadata, Policy, parse_document, read_file};
 pub use palisade_crds::{
-    Action, AllowRules, CapabilityRule, CustomRules, EnhanceProtect, ExecRule, FileAllow, FileRule,
-    Mode, MountRule, NetworkAllow, NetworkRule, OnFailure, Permission, PolicySpec, PortRange,
-    Protocol, RuleModule, SocketAllow, Target,
+    Action, AllowRules, AttackProtection, CapabilityRule, CustomRules, EnhanceProtect, ExecRule,
+    FileAllow, FileRule, Mode, MountRule, NetworkAllow, NetworkRule, OnFailure, Permission,
+    PolicySpec, PortRange, Protocol, RuleModule, SocketAllow, SocketRule, Target, VArmorRules,
 };
 pub use pattern::Pattern;
 pub use permission::{PERMISSION_NAMES, permission_bit, permission_names};

@@ -31,7 +31,7 @@ use std::{
 use crate::policy::{
     self, AllowRules, CapabilityRule, CompiledPolicy, CustomRules, Environment, ExecRule,
     FileAllow, ModuleRules, MountRule, NetworkAllow, NetworkRule as PolicyNetworkRule, Policy,
-    PolicyError, PortRange, SocketAllow, module_field,
+    PolicyError, PortRange, SocketAllow, SocketRule as PolicySocketRule, module_field,
 };
 
 /// Compiles `policy` (from `source`, which errors name) with the kernel rules of its rule
@@ -156,9 +156,23 @@ fn custom_rule(
             capabilities,
             action,
         }),
-        Matcher::Sockets(_) | Matcher::UnixSockets(_) => {
+        Matcher::Sockets(sockets) => {
+            custom
+                .sockets
+                .extend(
+                    sockets
+                        .into_iter()
+                        .map(|SocketRule { family, types }| PolicySocketRule {
+                            name: Some(name.clone()),
+                            family,
+                            types,
+                            action,
+                        }),
+                );
+        }
+        Matcher::UnixSockets(_) => {
             return Err(format!(
-                "rule \"{name}\": sockets and unix-sockets rules can only allow"
+                "rule \"{name}\": unix-sockets rules can only allow"
             ));
         }
     }

@@ -162,6 +162,18 @@ async fn bad_policies_are_refused_with_the_api_servers_error() {
 }
 
 #[tokio::test]
+async fn varmor_attack_protection_items_are_accepted() {
+    let client = admin().await;
+    namespace(&client, "admission", &[]).await;
+    let document = policy(
+        "  target:\n    selector: {matchLabels: {app: web}}\n  mode: EnhanceProtect\n  enhanceProtect:\n    attackProtectionRules:\n      - disable-curl\n      - rules: [disable-shell, mitigate-sa-leak]\n        targets: []\n    auditRules: [mitigate-sa-leak]\n",
+    );
+    if let Err(error) = create(&client, &document, true).await {
+        panic!("refused: {}", error.message);
+    }
+}
+
+#[tokio::test]
 async fn the_examples_are_accepted() {
     let client = admin().await;
     namespace(&client, "shop", &[]).await;

@@ -1060,6 +1060,34 @@ fn socket(
     fd(unsafe { libc::socket(family, kind, protocol) }.into())
 }
 
+/// TCP Fast Open: sendto with MSG_FASTOPEN sends the SYN, data in it, to the address it is
+/// given, without a connect.
+fn sendto_fastopen(ip: std::net::Ipv4Addr, port: u16) -> io::Result<()> {
+    let sock = socket(libc::AF_INET, libc::SOCK_STREAM, 0)?;
+    let address = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: a valid socket, buffer and address of the size given.
+    let sent = check(unsafe {
+        libc::sendto(
+            sock,
+            b"x".as_ptr().cast(),
+            1,
+            libc::MSG_FASTOPEN,
+            (&raw const address).cast(),
+            size_of::<libc::sockaddr_in>() as u32,
+        )
+    } as libc::c_long);
+    // SAFETY: the socket is ours.
+    unsafe { libc::close(sock) };
+    sent.map(drop)
+}
+
 fn attach_filter() -> io::Result<()> {
     let sock = socket(libc::AF_INET, libc::SOCK_DGRAM, 0)?;
     // ret #0
@@ -1265,6 +1293,10 @@ fn main() -> ExitCode {
                     .map(drop),
             )
         }
+        ["sendto-fastopen", ip, port] => report(sendto_fastopen(
+            ip.parse().expect("an IPv4 address"),
+            port.parse().expect("a port"),
+        )),
         ["unix-connect", name] => {
             use std::os::{linux::net::SocketAddrExt, unix::net};
             let address = match name.strip_prefix('@') {

@@ -718,6 +718,8 @@ fn loopback_listener() -> (TcpListener, String) {
     (listener, port)
 }
 
+/// `rule` makes IPv4 `address` unreachable: by connect, datagram, TCP Fast Open and an IPv6
+/// socket, and through the sockets that would not say where they send: packet and raw IP ones.
 fn destination_rule(rule: &str, address: &str) {
     let mut kernel = Kernel::new();
     let target = protect_with_rule(&mut kernel, ATTACK, rule);
@@ -725,6 +727,7 @@ fn destination_rule(rule: &str, address: &str) {
     for violation in [
         vec!["connect", address, "80"],
         vec!["sendto", address, "53"],
+        vec!["sendto-fastopen", address, "80"],
         // The same address through an IPv6 socket.
         vec!["connect", &mapped, "443"],
     ] {
@@ -732,8 +735,18 @@ fn destination_rule(rule: &str, address: &str) {
         let socket = event.socket.expect("socket details");
         assert_eq!(socket.address.as_deref(), Some(address), "{violation:?}");
     }
+    // AF_PACKET; SOCK_RAW of AF_INET (ICMP) and AF_INET6 (ICMPv6).
+    for violation in [
+        ["socket", "17", "3", "0"],
+        ["socket", "2", "3", "1"],
+        ["socket", "10", "3", "58"],
+    ] {
+        assert_denied_once(&mut kernel, &target, rule, &violation, libc::EPERM);
+        assert_eq!(probe(None, &violation), Answer::Ok, "{violation:?} outside");
+    }
     let (_listener, port) = loopback_listener();
     assert_allowed(&mut kernel, &target, &["connect", "127.0.0.1", &port]);
+    assert_allowed(&mut kernel, &target, &["socket", "2", "2", "0"]);
 }
 
 #[test]
@@ -748,8 +761,47 @@ fn disallow_metadata_service_is_the_same_rule() {
 }
 
 #[test]
+fn one_clouds_metadata_service() {
+    destination_rule("block-access-to-aws-metadata-service", "169.254.169.254");
+    destination_rule("block-access-to-volc-metadata-service", "100.96.0.96");
+    destination_rule(
+        "block-access-to-alibaba-metadata-service",
+        "100.100.100.200",
+    );
+    destination_rule("block-access-to-oci-metadata-service", "192.0.0.192");
+}
+
+#[test]
 fn block_access_to_kube_apiserver() {
     destination_rule("block-access-to-kube-apiserver", KUBE_APISERVER);
+}
+
+/// The custom rules docs/policies.md gives for an address a custom network rule denies: packet
+/// and raw IP sockets by family and type.
+#[test]
+fn custom_socket_rules_by_family_and_type() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "custom-sockets");
+    kernel.apply(
+        &target,
+        palisade_kernel_tests::policy(
+            "custom-sockets",
+            "    sockets:\n      - {name: packet, family: packet, action: deny}\n      - {name: raw-ip, family: inet, types: [raw], action: deny}\n",
+        ),
+    );
+    assert_denied_once(
+        &mut kernel,
+        &target,
+        "packet",
+        &["socket", "17", "2", "0"],
+        libc::EPERM,
+    );
+    for violation in [["socket", "2", "3", "1"], ["socket", "2", "3", "255"]] {
+        assert_denied_once(&mut kernel, &target, "raw-ip", &violation, libc::EPERM);
+        assert_eq!(probe(None, &violation), Answer::Ok, "{violation:?} outside");
+    }
+    assert_allowed(&mut kernel, &target, &["socket", "2", "2", "0"]);
+    assert_allowed(&mut kernel, &target, &["socket", "10", "3", "58"]);
 }
 
 #[test]
