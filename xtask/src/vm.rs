@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::{Context, anyhow, ensure};
 
-use crate::{build, kernels, kube, node, results};
+use crate::{build, debian, kernels, kube, node, results};
 
 const SENTINEL: &str = "PALISADE-VM-EXIT";
 /// Prefixes a measurement the tests left in /tmp/palisade-results (`RESULT NAME JSON`).
@@ -197,6 +197,8 @@ pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> a
         .into_iter()
         .partition(|name| ALONE.contains(&name.as_str()));
     let rule_modules = build::rule_modules(&binaries.palisade, &work_dir("test")?)?;
+    // Checks the agent's /metrics as Prometheus 2.42 reads it.
+    let promtool = debian::unpacked("prometheus")?.join("usr/bin/promtool");
     let skip_alone: String = ALONE.iter().map(|name| format!(" --skip {name}")).collect();
     let only_alone = format!("--exact {}", alone.join(" "));
     for (name, alone, expected, selection) in [
@@ -220,11 +222,13 @@ pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> a
                 ("probe", &binaries.probe),
                 ("enforcement", &binaries.kernel_tests),
                 ("mkfs.xfs", Path::new("/usr/sbin/mkfs.xfs")),
+                ("promtool", &promtool),
             ],
             files: rule_modules.clone(),
             body: format!(
                 "{network}\n\
                  palisade doctor\nPALISADE_BIN=/palisade/bin/palisade PALISADE_PROBE=/palisade/bin/probe \
+                 PALISADE_PROMTOOL=/palisade/bin/promtool \
                  PALISADE_RULES=/palisade/rules KUBECONFIG=/palisade/kube/admin.kubeconfig \
                  PALISADE_AGENT_KUBECONFIG=/palisade/kube/agent.kubeconfig \
                  PALISADE_APPLY_UPDATES={apply_updates} RUST_BACKTRACE=1 /palisade/bin/enforcement --test-threads=1 {selection}\n\

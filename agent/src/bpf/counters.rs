@@ -99,7 +99,7 @@ pub enum MeasureError {
 pub(super) struct Counters {
     stats: PerCpuArray<MapData, u64>,
     rule_counts: PerCpuHashMap<MapData, RuleKey, RuleCount>,
-    /// Counts of policies replaced or removed since, which left `rule_counts`.
+    /// Counts of earlier versions of the policies installed, which left `rule_counts`.
     retired_counts: BTreeMap<RuleLabels, RuleCounts>,
     hook_cost: PerCpuArray<MapData, HookCost>,
     /// While measuring cost.
@@ -183,6 +183,13 @@ impl Counters {
             self.rule_counts.remove(&key)?;
         }
         Ok(())
+    }
+
+    /// Forgets the folded counts of the policies not named in `live`: a policy removed leaves
+    /// the exposition (a replaced one's counts carry on under its name).
+    pub fn forget_retired_except(&mut self, live: &HashSet<&str>) {
+        self.retired_counts
+            .retain(|labels, _| live.contains(labels.policy.as_str()));
     }
 
     /// Deletes the counts of every policy id not in `live`; returns how many.

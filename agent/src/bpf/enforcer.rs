@@ -317,7 +317,8 @@ impl Enforcer {
     }
 
     /// Decisions by rule, hook and action since this enforcer started, for the policies it
-    /// installed (including those replaced or removed since).
+    /// installed (a replaced policy's counts included, a removed one's only until its entries
+    /// are deleted).
     pub fn rule_counts(&self) -> Result<BTreeMap<RuleLabels, RuleCounts>, MapError> {
         self.counters.rule_counts(self.store.registry())
     }
@@ -508,6 +509,8 @@ impl Enforcer {
                 "decision counts of replaced policies left in the kernel: {err}"
             );
         }
+        self.counters
+            .forget_retired_except(&self.table.policy_names());
         for id in ids {
             self.store.forget(id);
         }

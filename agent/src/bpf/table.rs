@@ -218,6 +218,15 @@ impl TargetTable {
         Ok((live, stale.len()))
     }
 
+    /// The names of the policies installed or staged.
+    pub fn policy_names(&self) -> HashSet<&str> {
+        self.installed
+            .values()
+            .chain(self.staged.values())
+            .map(|installed| installed.policy.name())
+            .collect()
+    }
+
     /// Cgroups this table made targets.
     pub fn target_count(&self) -> usize {
         self.installed.len()

@@ -154,8 +154,8 @@ impl View {
             self.total("palisade_events_total"),
             self.total("palisade_events_throttled_total"),
             self.total("palisade_events_dropped_total"),
-            self.total("palisade_process_cpu_seconds_total"),
-            self.total("palisade_process_resident_memory_bytes") / (1024.0 * 1024.0),
+            self.total("process_cpu_seconds_total"),
+            self.total("process_resident_memory_bytes") / (1024.0 * 1024.0),
         );
         let rate = |key: &RuleKey, decisions: f64| -> Option<f64> {
             let (elapsed, before) = since?;

@@ -22,7 +22,7 @@ use tokio::{
 };
 use tracing::debug;
 
-use crate::metrics::{KernelSnapshot, Metrics};
+use crate::metrics::{Format, KernelSnapshot, Metrics};
 
 /// What the endpoints answer from. Kernel counters come from the task that owns the BPF object:
 /// each scrape sends it a request for a fresh snapshot.
@@ -31,8 +31,6 @@ pub struct Endpoints {
     pub ready: Arc<AtomicBool>,
     pub snapshots: mpsc::Sender<oneshot::Sender<KernelSnapshot>>,
 }
-
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Serves `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, endpoints: Arc<Endpoints>) {
@@ -88,10 +86,12 @@ async fn respond(endpoints: &Endpoints, request: &Request<Incoming>) -> Response
                     "the agent is stopping\n",
                 );
             };
+            let accept = request.headers().get(header::ACCEPT);
+            let format = Format::accepted(accept.and_then(|value| value.to_str().ok()));
             text(
                 StatusCode::OK,
-                OPENMETRICS,
-                endpoints.metrics.encode(snapshot),
+                format.content_type(),
+                endpoints.metrics.encode(snapshot, format),
             )
         }
         "/healthz" => text(StatusCode::OK, PLAIN, "ok\n"),

@@ -234,50 +234,107 @@ impl Collector for KernelCollector {
     }
 }
 
-/// CPU time and resident memory of the agent process, read when scraped.
+/// The agent process's standard `process_*` metrics (as Prometheus' client libraries name them),
+/// read from /proc when scraped.
 #[derive(Debug)]
 pub(super) struct ProcessCollector;
 
+struct ProcessStats {
+    cpu_seconds: f64,
+    resident_bytes: i64,
+    virtual_bytes: i64,
+    start_time_seconds: f64,
+    open_fds: i64,
+    max_fds: i64,
+}
+
 impl ProcessCollector {
-    /// (CPU seconds, resident bytes) from /proc/self.
-    fn read() -> Option<(f64, i64)> {
+    fn read() -> Option<ProcessStats> {
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-        // Fields after the command name (which may hold spaces) start at "state".
+        // Fields after the command name (which may hold spaces) start at "state" (field 3).
         let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: f64 =
-            fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        let field = |number: usize| fields.get(number - 3)?.parse::<f64>().ok();
         // SAFETY: sysconf has no memory preconditions.
         let (hz, page) = unsafe {
             (
-                libc::sysconf(libc::_SC_CLK_TCK),
-                libc::sysconf(libc::_SC_PAGESIZE),
+                libc::sysconf(libc::_SC_CLK_TCK) as f64,
+                libc::sysconf(libc::_SC_PAGESIZE) as i64,
             )
         };
-        let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-        let resident: i64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-        Some((ticks / hz as f64, resident * page))
+        let boot_time: f64 = std::fs::read_to_string("/proc/stat")
+            .ok()?
+            .lines()
+            .find_map(|line| line.strip_prefix("btime "))?
+            .trim()
+            .parse()
+            .ok()?;
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: a valid rlimit to fill.
+        let max_fds = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
+            0 => i64::try_from(limit.rlim_cur).unwrap_or(i64::MAX),
+            _ => return None,
+        };
+        Some(ProcessStats {
+            cpu_seconds: (field(14)? + field(15)?) / hz,
+            resident_bytes: field(24)? as i64 * page,
+            virtual_bytes: field(23)? as i64,
+            start_time_seconds: boot_time + field(22)? / hz,
+            open_fds: std::fs::read_dir("/proc/self/fd").ok()?.count() as i64,
+            max_fds,
+        })
     }
 }
 
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let Some((cpu, resident)) = Self::read() else {
+        let Some(stats) = Self::read() else {
             return Ok(());
         };
-        let cpu = ConstCounter::new(cpu);
+        let cpu = ConstCounter::new(stats.cpu_seconds);
         cpu.encode(encoder.encode_descriptor(
             "process_cpu",
-            "CPU time of the agent process",
+            "Total user and system CPU time spent in seconds",
             Some(&Unit::Seconds),
             cpu.metric_type(),
         )?)?;
-        let resident = ConstGauge::new(resident);
-        resident.encode(encoder.encode_descriptor(
-            "process_resident_memory",
-            "Resident memory of the agent process",
-            Some(&Unit::Bytes),
-            resident.metric_type(),
-        )?)?;
+        let gauges = [
+            (
+                "process_resident_memory",
+                "Resident memory size in bytes",
+                Some(&Unit::Bytes),
+                ConstGauge::new(stats.resident_bytes as f64),
+            ),
+            (
+                "process_virtual_memory",
+                "Virtual memory size in bytes",
+                Some(&Unit::Bytes),
+                ConstGauge::new(stats.virtual_bytes as f64),
+            ),
+            (
+                "process_start_time",
+                "Start time of the process since the Unix epoch in seconds",
+                Some(&Unit::Seconds),
+                ConstGauge::new(stats.start_time_seconds),
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors",
+                None,
+                ConstGauge::new(stats.open_fds as f64),
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors",
+                None,
+                ConstGauge::new(stats.max_fds as f64),
+            ),
+        ];
+        for (name, help, unit, gauge) in gauges {
+            gauge.encode(encoder.encode_descriptor(name, help, unit, gauge.metric_type())?)?;
+        }
         Ok(())
     }
 }

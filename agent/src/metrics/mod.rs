@@ -1,8 +1,9 @@
-//! Prometheus metrics of the agent, prefix `palisade_`. Kernel counters are read when scraped
-//! (the task that owns the BPF object hands over a fresh `KernelSnapshot`); the rest are updated
-//! as things happen.
+//! Prometheus metrics of the agent, prefix `palisade_` (the standard `process_*` aside). Kernel
+//! counters are read when scraped (the task that owns the BPF object hands over a fresh
+//! `KernelSnapshot`); the rest are updated as things happen.
 
 mod collectors;
+mod format;
 
 use std::{
     collections::BTreeMap,
@@ -21,6 +22,8 @@ use prometheus_client::{
     },
     registry::{Registry, Unit},
 };
+
+pub use format::Format;
 
 use crate::bpf::{DecisionCost, ProgramRuns, RuleCounts, RuleLabels, Stats};
 
@@ -108,7 +111,10 @@ pub struct HttpSinkMetrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("palisade");
+        let mut root = Registry::default();
+        // The standard names every Prometheus client library gives them.
+        root.register_collector(Box::new(ProcessCollector));
+        let registry = root.sub_registry_with_prefix("palisade");
         registry.register(
             "build",
             "The agent's version and the build of its BPF programs",
@@ -184,10 +190,9 @@ impl Metrics {
         );
         let kernel = Arc::new(Mutex::new(KernelSnapshot::default()));
         registry.register_collector(Box::new(KernelCollector(kernel.clone())));
-        registry.register_collector(Box::new(ProcessCollector));
         registry.register_collector(Box::new(MapMemoryCollector));
         Self {
-            registry,
+            registry: root,
             policies,
             policy_errors,
             apply_seconds,
@@ -198,15 +203,18 @@ impl Metrics {
         }
     }
 
-    /// The text exposition format, with `snapshot` as the kernel's counters.
-    pub fn encode(&self, snapshot: KernelSnapshot) -> String {
+    /// The exposition in `format`, with `snapshot` as the kernel's counters.
+    pub fn encode(&self, snapshot: KernelSnapshot, format: Format) -> String {
         *self
             .kernel
             .lock()
             .unwrap_or_else(|poison| poison.into_inner()) = snapshot;
         let mut text = String::new();
         encode(&mut text, &self.registry).expect("writing to a String cannot fail");
-        text
+        match format {
+            Format::OpenMetrics => text,
+            Format::Classic => format::classic(&text),
+        }
     }
 }
 
@@ -280,7 +288,7 @@ mod tests {
         let metrics = Metrics::new();
         metrics.policies.set(3);
         metrics.apply_seconds.observe(0.004);
-        let text = metrics.encode(snapshot());
+        let text = metrics.encode(snapshot(), Format::OpenMetrics);
         let scrape = parse(&text);
         // The parser reads Prometheus' text format, whose counters are named like their samples;
         // OpenMetrics names the family without `_total`, so types are checked on the text.
@@ -313,15 +321,19 @@ mod tests {
         assert_eq!(value("palisade_rule_evaluations_total"), 20.0);
         assert_eq!(value("palisade_rule_evaluation_seconds_total"), 30e-6);
         assert_eq!(value("palisade_hook_runs_total"), 100.0);
-        assert!(value("palisade_process_resident_memory_bytes") > 0.0);
-        assert!(value("palisade_process_cpu_seconds_total") >= 0.0);
+        assert!(value("process_resident_memory_bytes") > 0.0);
+        assert!(value("process_cpu_seconds_total") >= 0.0);
+        assert!(value("process_start_time_seconds") > 1.6e9);
+        assert!(value("process_open_fds") > 0.0);
+        assert!(value("process_max_fds") >= value("process_open_fds"));
+        assert!(value("process_virtual_memory_bytes") >= value("process_resident_memory_bytes"));
         for family in [
             "# TYPE palisade_events counter",
             "# TYPE palisade_events_dropped counter",
             "# TYPE palisade_targets gauge",
             "# TYPE palisade_policy_apply_seconds histogram",
             "# UNIT palisade_policy_apply_seconds seconds",
-            "# TYPE palisade_process_cpu_seconds counter",
+            "# TYPE process_cpu_seconds counter",
             "# TYPE palisade_rule_decisions counter",
             "# UNIT palisade_hook_run_seconds seconds",
             "palisade_rule_decisions_total{policy=\"app\",rule=\"no-shadow\",hook=\"file_open\",action=\"deny\"} 14",
@@ -332,19 +344,46 @@ mod tests {
             scrape
                 .samples
                 .iter()
-                .all(|s| s.metric.starts_with("palisade_")),
+                .all(|s| s.metric.starts_with("palisade_") || s.metric.starts_with("process_")),
             "{text}"
         );
         assert!(text.contains("palisade_build_info{version=\""), "{text}");
     }
 
     #[test]
+    fn the_classic_exposition_names_families_like_their_samples() {
+        let text = Metrics::new().encode(snapshot(), Format::Classic);
+        for family in [
+            "# TYPE palisade_events_total counter",
+            "# HELP palisade_events_total ",
+            "# TYPE palisade_build_info gauge",
+            "# TYPE palisade_policy_apply_seconds histogram",
+            "# TYPE process_cpu_seconds_total counter",
+        ] {
+            assert!(text.contains(family), "{family} in {text}");
+        }
+        assert!(
+            !text.contains("# UNIT") && !text.contains("# EOF"),
+            "{text}"
+        );
+        assert_eq!(
+            parse(&text).samples.len(),
+            parse(&Metrics::new().encode(snapshot(), Format::OpenMetrics))
+                .samples
+                .len()
+        );
+    }
+
+    #[test]
     fn cost_families_are_absent_unless_measured() {
-        let text = Metrics::new().encode(KernelSnapshot {
-            decision_costs: Vec::new(),
-            program_runs: Vec::new(),
-            ..snapshot()
-        });
+        let text = Metrics::new().encode(
+            KernelSnapshot {
+                decision_costs: Vec::new(),
+                program_runs: Vec::new(),
+                ..snapshot()
+            },
+            Format::Classic,
+        );
         assert!(!text.contains("palisade_rule_evaluation"), "{text}");
         assert!(!text.contains("palisade_hook_run"), "{text}");
     }

@@ -4,7 +4,7 @@
 
 use std::{
     collections::BTreeSet,
-    io::{BufRead, BufReader},
+    io::{BufRead, BufReader, Write},
     net::SocketAddr,
     process::{Command, Stdio},
     sync::{Arc, Mutex},
@@ -19,22 +19,29 @@ use super::{Agent, cleanup_agent, fresh_dir, wait_until, write_policy};
 
 /// GET `path` from the agent's HTTP endpoints: (status code, body).
 pub(super) fn http_get(path: &str) -> std::io::Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect("127.0.0.1:9464")?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let (head, body) = http_exchange(path, "")?;
     let status = head
         .split_whitespace()
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or(0);
-    Ok((status, body.to_owned()))
+    Ok((status, body))
+}
+
+/// The head (lowercase) and body of the answer to a GET of `path` with `headers` (each line
+/// ending in CRLF).
+fn http_exchange(path: &str, headers: &str) -> std::io::Result<(String, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect("127.0.0.1:9464")?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\n{headers}Connection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    Ok((head.to_ascii_lowercase(), body.to_owned()))
 }
 
 pub(super) fn wait_until_ready(agent: &Agent) {
@@ -87,8 +94,6 @@ impl Scrape {
                     .all(|(key, value)| sample.labels.get(key) == Some(*value))
         })?;
         match sample.value {
-            // OpenMetrics names a counter family without `_total`: this parser then leaves its
-            // samples untyped.
             Value::Counter(value) | Value::Gauge(value) | Value::Untyped(value) => Some(value),
             _ => None,
         }
@@ -143,7 +148,7 @@ fn agent_serves_metrics_health_and_readiness() {
     assert_eq!(scrape.value("palisade_targets", &[]), 1.0);
     assert_eq!(scrape.value("palisade_policies", &[]), 1.0);
     assert_eq!(scrape.value("palisade_policy_errors", &[]), 0.0);
-    assert!(scrape.value("palisade_process_resident_memory_bytes", &[]) > 0.0);
+    assert!(scrape.value("process_resident_memory_bytes", &[]) > 0.0);
     for map in ["targets", "path_prefixes", "policies", "rule_counts"] {
         assert!(scrape.value("palisade_bpf_map_memory_bytes", &[("map", map)]) > 0.0);
     }
@@ -155,6 +160,45 @@ fn agent_serves_metrics_health_and_readiness() {
     assert!(scrape.value("palisade_rule_evaluation_seconds_total", &file_open) > 0.0);
     assert!(scrape.value("palisade_hook_runs_total", &[("hook", "file_open")]) >= evaluations);
     assert!(scrape.value("palisade_hook_run_seconds_total", &[("hook", "file_open")]) > 0.0);
+    // The classic text format unless a scraper asks for OpenMetrics (Prometheus does), as
+    // Prometheus' own clients answer; Debian's promtool (Prometheus 2.42) reads it cleanly.
+    let (head, classic) = http_exchange("/metrics", "").unwrap();
+    assert!(
+        head.contains("content-type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    let mut promtool = Command::new(binary("PALISADE_PROMTOOL"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(classic.as_bytes())
+        .unwrap();
+    let checked = promtool.wait_with_output().unwrap();
+    assert!(
+        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
+        "promtool check metrics: {}{}\n{classic}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let prometheus =
+        "Accept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n";
+    let (head, openmetrics) = http_exchange("/metrics", prometheus).unwrap();
+    assert!(
+        head.contains("content-type: application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
+    assert!(openmetrics.ends_with("# EOF\n"), "{openmetrics}");
+    assert!(
+        openmetrics.contains("# TYPE palisade_events counter"),
+        "{openmetrics}"
+    );
     // `palisade top` shows the same counts.
     let top = Command::new(binary("PALISADE_BIN"))
         .args(["top", "--once"])
@@ -200,20 +244,27 @@ fn agent_serves_metrics_health_and_readiness() {
     assert!(piped.starts_with("palisade top "), "{piped}");
     assert_eq!(piped.matches("\n\npalisade top ").count(), 1, "{piped}");
     assert_eq!(http_get("/nothing").unwrap().0, 404);
+    // A removed policy's series leave the exposition once its entries are deleted.
+    std::fs::remove_file(format!("{dir}/app.yaml")).unwrap();
+    wait_until(
+        || {
+            let scrape = Scrape::now();
+            scrape.get("palisade_rule_decisions_total", &rule).is_none()
+                && scrape.value("palisade_policies", &[]) == 0.0
+        },
+        || format!("the removed policy's series stay: {}", Scrape::now().text),
+    );
     let (stopped, log) = agent.stop(libc::SIGTERM);
     assert!(stopped, "{log}");
     cleanup_agent(bpffs);
 }
 
-/// Every metric name in `text` (a name starts with "palisade_").
+/// Every metric name of the agent's in `text`: a word that starts with "palisade_", or
+/// "process_" (the standard process metrics).
 fn metric_names(text: &str) -> BTreeSet<String> {
-    text.match_indices("palisade_")
-        .map(|(start, _)| {
-            text[start..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect()
-        })
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| word.starts_with("palisade_") || word.starts_with("process_"))
+        .map(str::to_owned)
         .collect()
 }
 
@@ -236,7 +287,7 @@ fn queries(value: &serde_json::Value, found: &mut Vec<String>) {
 }
 
 /// Every expression of the Grafana dashboard and of the chart's alerts reads metrics
-/// `exposition` declares.
+/// `exposition` (the classic text format) declares.
 pub(super) fn dashboard_and_alerts_read_only_exported_metrics(exposition: &str) {
     let exported: BTreeSet<String> = exposition
         .lines()
@@ -244,9 +295,7 @@ pub(super) fn dashboard_and_alerts_read_only_exported_metrics(exposition: &str) 
         .flat_map(|declared| {
             let (family, kind) = declared.split_once(' ').unwrap_or((declared, ""));
             let suffixes: &[&str] = match kind {
-                "counter" => &["_total"],
                 "histogram" => &["_bucket", "_sum", "_count"],
-                "info" => &["_info"],
                 _ => &[""],
             };
             suffixes
@@ -263,7 +312,7 @@ pub(super) fn dashboard_and_alerts_read_only_exported_metrics(exposition: &str) 
     assert!(found.len() > 20, "{found:?}");
     for query in &found {
         let names = metric_names(query);
-        assert!(!names.is_empty(), "{query} reads no Palisade metric");
+        assert!(!names.is_empty(), "{query} reads no metric of the agent's");
         for name in names {
             assert!(
                 exported.contains(&name),
@@ -271,8 +320,8 @@ pub(super) fn dashboard_and_alerts_read_only_exported_metrics(exposition: &str) 
             );
         }
     }
-    // The template's only `palisade_` words are the alerts' metrics (its own names are
-    // `palisade.name` and such).
+    // The template's only `palisade_` and `process_` words are the alerts' metrics (its own
+    // names are `palisade.name` and such).
     let alerts = metric_names(include_str!(
         "../../../../charts/palisade/templates/prometheusrule.yaml"
     ));
