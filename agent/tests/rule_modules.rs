@@ -814,6 +814,11 @@ fn a_module_s_allow_rules_are_checked_like_the_policy_s() {
             "spec.ruleModules[0] (deny-unix-sockets): rule \"s\": unix-sockets rules can only allow",
         ),
         (
+            "deny-no-sockets",
+            r#"[{"name": "s", "action": "deny", "sockets": []}]"#,
+            "spec.ruleModules[0] (deny-no-sockets): rule \"s\" matches nothing: its list of sockets is empty",
+        ),
+        (
             "every-mount",
             r#"[{"name": "m", "action": "allow", "mount": ["*"]}]"#,
             "spec.ruleModules[0] (every-mount): rule \"m\": an allow rule names the file system types it allows",

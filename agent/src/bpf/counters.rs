@@ -148,7 +148,7 @@ impl Counters {
     }
 
     /// Decisions by rule, hook and action for the policies `registry` names, and those folded
-    /// in when they were replaced or removed.
+    /// in from earlier versions of the policies still installed.
     pub fn rule_counts(
         &self,
         registry: &PolicyRegistry,
@@ -185,8 +185,8 @@ impl Counters {
         Ok(())
     }
 
-    /// Forgets the folded counts of the policies not named in `live`: a policy removed leaves
-    /// the exposition (a replaced one's counts carry on under its name).
+    /// Forgets the folded counts of the policies not named in `live`: a policy no target has
+    /// any more leaves the exposition (a replaced one's counts carry on under its name).
     pub fn forget_retired_except(&mut self, live: &HashSet<&str>) {
         self.retired_counts
             .retain(|labels, _| live.contains(labels.policy.as_str()));

@@ -317,8 +317,8 @@ impl Enforcer {
     }
 
     /// Decisions by rule, hook and action since this enforcer started, for the policies it
-    /// installed (a replaced policy's counts included, a removed one's only until its entries
-    /// are deleted).
+    /// installed (a replaced policy's counts included; a policy no target here has any more,
+    /// only until its entries are deleted).
     pub fn rule_counts(&self) -> Result<BTreeMap<RuleLabels, RuleCounts>, MapError> {
         self.counters.rule_counts(self.store.registry())
     }
@@ -509,8 +509,17 @@ impl Enforcer {
                 "decision counts of replaced policies left in the kernel: {err}"
             );
         }
-        self.counters
-            .forget_retired_except(&self.table.policy_names());
+        // Names still installed, or with ids not deleted yet (whose counts are still read from
+        // the kernel: forgetting the folded part now would take the counter down).
+        let mut live = self.table.policy_names();
+        live.extend(
+            self.released
+                .iter()
+                .chain(&self.awaiting)
+                .chain(&self.deletable)
+                .map(|old| old.policy.name()),
+        );
+        self.counters.forget_retired_except(&live);
         for id in ids {
             self.store.forget(id);
         }

@@ -278,10 +278,10 @@ fn table(header: &[&str], rows: Vec<Vec<String>>) -> String {
 mod tests {
     use super::*;
 
-    const SCRAPE: &str = r#"# TYPE palisade_rule_decisions counter
+    const SCRAPE: &str = r#"# TYPE palisade_rule_decisions_total counter
 palisade_rule_decisions_total{policy="app",rule="no-shadow",hook="file_open",action="deny"} 12
 palisade_rule_decisions_total{policy="app",rule="no-curl",hook="bprm_check_security",action="deny"} 3
-# TYPE palisade_rule_events_throttled counter
+# TYPE palisade_rule_events_throttled_total counter
 palisade_rule_events_throttled_total{policy="app",rule="no-shadow",hook="file_open",action="deny"} 2
 palisade_rule_events_throttled_total{policy="app",rule="no-curl",hook="bprm_check_security",action="deny"} 0
 # TYPE palisade_targets gauge

@@ -10,20 +10,24 @@ pub enum Format {
 }
 
 impl Format {
-    /// OpenMetrics when the `Accept` header names it (at any quality but 0), classic otherwise.
+    /// The format the `Accept` header prefers: OpenMetrics when its quality is the highest of
+    /// the media ranges the agent can answer (and not 0), the classic format otherwise.
     pub fn accepted(accept: Option<&str>) -> Self {
-        let asks_for_openmetrics = accept.unwrap_or_default().split(',').any(|range| {
+        let (mut openmetrics, mut classic) = (0.0f32, 0.0f32);
+        for range in accept.unwrap_or_default().split(',') {
             let mut parameters = range.split(';').map(str::trim);
-            let media_type = parameters.next().unwrap_or_default();
-            let refused = parameters.any(|parameter| {
-                parameter
-                    .strip_prefix("q=")
-                    .and_then(|quality| quality.parse::<f32>().ok())
-                    == Some(0.0)
-            });
-            media_type.eq_ignore_ascii_case("application/openmetrics-text") && !refused
-        });
-        if asks_for_openmetrics {
+            let media_type = parameters.next().unwrap_or_default().to_ascii_lowercase();
+            let quality = parameters
+                .filter_map(|parameter| parameter.split_once('='))
+                .find(|(name, _)| name.trim().eq_ignore_ascii_case("q"))
+                .map_or(1.0, |(_, value)| value.trim().parse().unwrap_or(0.0));
+            match media_type.as_str() {
+                "application/openmetrics-text" => openmetrics = openmetrics.max(quality),
+                "text/plain" | "text/*" | "*/*" => classic = classic.max(quality),
+                _ => {}
+            }
+        }
+        if openmetrics > 0.0 && openmetrics >= classic {
             Format::OpenMetrics
         } else {
             Format::Classic
@@ -38,9 +42,9 @@ impl Format {
     }
 }
 
-/// `openmetrics` in the classic format. What differs: a counter's family is named like its
-/// samples (`_total`), an info metric is a gauge named `_info`, an unknown one is `untyped`, and
-/// there are no `# UNIT` lines, `_created` samples or `# EOF`.
+/// `openmetrics` (as the registry writes it: no `_created` samples) in the classic format. What
+/// differs: a counter's family is named like its samples (`_total`), an info metric is a gauge
+/// named `_info`, an unknown one is `untyped`, and there are no `# UNIT` lines or `# EOF`.
 pub fn classic(openmetrics: &str) -> String {
     // (family, its classic name) of the families the types rename.
     let renamed: Vec<(&str, String)> = openmetrics
@@ -59,14 +63,6 @@ pub fn classic(openmetrics: &str) -> String {
             .find(|(renamed, _)| *renamed == family)
             .map_or_else(|| family.to_owned(), |(_, name)| name.clone())
     };
-    let created = |sample: &str| {
-        renamed.iter().any(|(family, _)| {
-            sample
-                .strip_prefix(family)
-                .and_then(|rest| rest.strip_prefix("_created"))
-                .is_some_and(|rest| rest.starts_with(['{', ' ']))
-        })
-    };
     let mut text = String::with_capacity(openmetrics.len());
     for line in openmetrics.lines() {
         let converted = if let Some(rest) = line.strip_prefix("# HELP ") {
@@ -80,7 +76,7 @@ pub fn classic(openmetrics: &str) -> String {
                 kind => kind,
             };
             format!("# TYPE {} {kind}", classic_name(family))
-        } else if line.starts_with("# UNIT ") || line == "# EOF" || created(line) {
+        } else if line.starts_with("# UNIT ") || line == "# EOF" {
             continue;
         } else {
             line.to_owned()
@@ -109,9 +105,17 @@ mod tests {
                 Format::OpenMetrics,
             ),
             (
-                Some("application/openmetrics-text; q=0, text/plain"),
+                Some("application/openmetrics-text; Q=0, text/plain"),
                 Format::Classic,
             ),
+            // Prometheus configured to prefer the classic format.
+            (
+                Some(
+                    "text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;q=0.5",
+                ),
+                Format::Classic,
+            ),
+            (Some("application/openmetrics-text"), Format::OpenMetrics),
         ] {
             assert_eq!(Format::accepted(accept), format, "{accept:?}");
         }
@@ -119,7 +123,7 @@ mod tests {
 
     #[test]
     fn families_are_named_like_their_samples() {
-        let openmetrics = "# HELP a_events Events.\n# TYPE a_events counter\na_events_total 7\na_events_created 1.5\n# HELP a_build Build.\n# TYPE a_build info\na_build_info{version=\"1\"} 1\n# HELP a_apply_seconds Apply.\n# TYPE a_apply_seconds histogram\n# UNIT a_apply_seconds seconds\na_apply_seconds_sum 0.5\na_apply_seconds_count 1\na_apply_seconds_bucket{le=\"+Inf\"} 1\n# TYPE a_other unknown\na_other 1\n# EOF\n";
+        let openmetrics = "# HELP a_events Events.\n# TYPE a_events counter\na_events_total 7\n# HELP a_build Build.\n# TYPE a_build info\na_build_info{version=\"1\"} 1\n# HELP a_apply_seconds Apply.\n# TYPE a_apply_seconds histogram\n# UNIT a_apply_seconds seconds\na_apply_seconds_sum 0.5\na_apply_seconds_count 1\na_apply_seconds_bucket{le=\"+Inf\"} 1\n# TYPE a_other unknown\na_other 1\n# EOF\n";
         assert_eq!(
             classic(openmetrics),
             "# HELP a_events_total Events.\n# TYPE a_events_total counter\na_events_total 7\n# HELP a_build_info Build.\n# TYPE a_build_info gauge\na_build_info{version=\"1\"} 1\n# HELP a_apply_seconds Apply.\n# TYPE a_apply_seconds histogram\na_apply_seconds_sum 0.5\na_apply_seconds_count 1\na_apply_seconds_bucket{le=\"+Inf\"} 1\n# TYPE a_other untyped\na_other 1\n"

@@ -157,11 +157,11 @@ pub fn runtime_default() -> Vec<Effect> {
 }
 
 const USERFAULTFD_INSTEAD: &str = "vArmor enforces this rule with seccomp, which Palisade does \
-    not load, and none of Palisade's kernel hooks sees a userfaultfd being created. Use \
-    disable-cap-sys-ptrace with the sysctl vm.unprivileged_userfaultfd at 0 (the default): \
-    without CAP_SYS_PTRACE a userfaultfd then handles faults in user memory only, not the \
-    kernel's copies exploits pause; or a seccomp profile that refuses userfaultfd (the pod's \
-    seccompProfile)";
+    not load, and Palisade's kernel hooks do not decide creating a userfaultfd yet. Use \
+    disable-cap-sys-ptrace with the sysctl vm.unprivileged_userfaultfd at 0 (the default) and no \
+    /dev/userfaultfd in the container: without CAP_SYS_PTRACE a userfaultfd then handles faults \
+    in user memory only, not the kernel's copies exploits pause; or a seccomp profile that \
+    refuses userfaultfd (the pod's seccompProfile)";
 
 const DIRTY_PIPE_INSTEAD: &str = "vArmor enforces this rule with seccomp (refusing splice), \
     which Palisade does not load; no kernel hook tells the exploit's splice and pipe write from \

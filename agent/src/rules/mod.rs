@@ -156,6 +156,11 @@ fn custom_rule(
             capabilities,
             action,
         }),
+        Matcher::Sockets(sockets) if sockets.is_empty() => {
+            return Err(format!(
+                "rule \"{name}\" matches nothing: its list of sockets is empty"
+            ));
+        }
         Matcher::Sockets(sockets) => {
             custom
                 .sockets

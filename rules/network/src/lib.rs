@@ -17,7 +17,7 @@ const METADATA_SERVICES: [&str; 5] = [
     "192.0.0.192",
 ];
 
-fn own(addresses: &[&str]) -> Vec<String> {
+fn strings(addresses: &[&str]) -> Vec<String> {
     addresses
         .iter()
         .map(|address| (*address).to_owned())
@@ -28,12 +28,14 @@ fn own(addresses: &[&str]) -> Vec<String> {
 fn addresses(rule: &str, context: &Context) -> Result<Vec<String>, String> {
     match rule {
         "block-access-to-metadata-service" | "disallow-metadata-service" => {
-            Ok(own(&METADATA_SERVICES))
+            Ok(strings(&METADATA_SERVICES))
         }
-        "block-access-to-aws-metadata-service" => Ok(own(&["169.254.169.254", "fd00:ec2::254"])),
-        "block-access-to-volc-metadata-service" => Ok(own(&["100.96.0.96"])),
-        "block-access-to-alibaba-metadata-service" => Ok(own(&["100.100.100.200"])),
-        "block-access-to-oci-metadata-service" => Ok(own(&["192.0.0.192"])),
+        "block-access-to-aws-metadata-service" => {
+            Ok(strings(&["169.254.169.254", "fd00:ec2::254"]))
+        }
+        "block-access-to-volc-metadata-service" => Ok(strings(&["100.96.0.96"])),
+        "block-access-to-alibaba-metadata-service" => Ok(strings(&["100.100.100.200"])),
+        "block-access-to-oci-metadata-service" => Ok(strings(&["192.0.0.192"])),
         "block-access-to-kube-apiserver" if context.kube_apiserver.is_empty() => {
             Err("the API server's address is unknown (not running in a cluster)".to_owned())
         }
