@@ -241,11 +241,11 @@ pub(super) struct ProcessCollector;
 
 struct ProcessStats {
     cpu_seconds: f64,
-    resident_bytes: i64,
-    virtual_bytes: i64,
+    resident_bytes: f64,
+    virtual_bytes: f64,
     start_time_seconds: f64,
-    open_fds: i64,
-    max_fds: i64,
+    open_fds: f64,
+    max_fds: f64,
 }
 
 impl ProcessCollector {
@@ -258,7 +258,7 @@ impl ProcessCollector {
         let (hz, page) = unsafe {
             (
                 libc::sysconf(libc::_SC_CLK_TCK) as f64,
-                libc::sysconf(libc::_SC_PAGESIZE) as i64,
+                libc::sysconf(libc::_SC_PAGESIZE) as f64,
             )
         };
         let boot_time: f64 = std::fs::read_to_string("/proc/stat")
@@ -274,15 +274,15 @@ impl ProcessCollector {
         };
         // SAFETY: a valid rlimit to fill.
         let max_fds = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
-            0 => i64::try_from(limit.rlim_cur).unwrap_or(i64::MAX),
+            0 => i64::try_from(limit.rlim_cur).unwrap_or(i64::MAX) as f64,
             _ => return None,
         };
         Some(ProcessStats {
             cpu_seconds: (field(14)? + field(15)?) / hz,
-            resident_bytes: field(24)? as i64 * page,
-            virtual_bytes: field(23)? as i64,
+            resident_bytes: field(24)? * page,
+            virtual_bytes: field(23)?,
             start_time_seconds: boot_time + field(22)? / hz,
-            open_fds: std::fs::read_dir("/proc/self/fd").ok()?.count() as i64,
+            open_fds: std::fs::read_dir("/proc/self/fd").ok()?.count() as f64,
             max_fds,
         })
     }
@@ -305,13 +305,13 @@ impl Collector for ProcessCollector {
                 "process_resident_memory",
                 "Resident memory size in bytes",
                 Some(&Unit::Bytes),
-                ConstGauge::new(stats.resident_bytes as f64),
+                ConstGauge::new(stats.resident_bytes),
             ),
             (
                 "process_virtual_memory",
                 "Virtual memory size in bytes",
                 Some(&Unit::Bytes),
-                ConstGauge::new(stats.virtual_bytes as f64),
+                ConstGauge::new(stats.virtual_bytes),
             ),
             (
                 "process_start_time",
@@ -323,13 +323,13 @@ impl Collector for ProcessCollector {
                 "process_open_fds",
                 "Number of open file descriptors",
                 None,
-                ConstGauge::new(stats.open_fds as f64),
+                ConstGauge::new(stats.open_fds),
             ),
             (
                 "process_max_fds",
                 "Maximum number of open file descriptors",
                 None,
-                ConstGauge::new(stats.max_fds as f64),
+                ConstGauge::new(stats.max_fds),
             ),
         ];
         for (name, help, unit, gauge) in gauges {

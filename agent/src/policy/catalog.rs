@@ -112,11 +112,16 @@ fn sockets(keys: &[(u32, u32)]) -> Effect {
     Effect::Sockets(keys.to_vec())
 }
 
-/// `addresses` cannot be reached: no connect or datagram to them, and none of the sockets that
-/// reach an address without giving the hooks a destination to check: packet sockets (frames of
-/// their own making) and raw IP sockets (a header of their own with IP_HDRINCL).
-fn unreachable(addresses: &[&str]) -> Result<Vec<Effect>, String> {
+/// The sockets that reach an address without giving the hooks a destination to check: packet
+/// sockets (frames of their own making) and raw IP sockets (a header of their own with
+/// IP_HDRINCL).
+fn unhooked_sockets() -> Effect {
     let raw = palisade_common::SOCKET_TYPE | libc::SOCK_RAW as u32;
+    sockets(&[(AF_PACKET, ANY), (AF_INET, raw), (AF_INET6, raw)])
+}
+
+/// `addresses` cannot be reached: no connect or datagram to them, and no unhooked socket.
+fn unreachable(addresses: &[&str]) -> Result<Vec<Effect>, String> {
     Ok(vec![
         Effect::Network {
             blocks: addresses
@@ -126,7 +131,7 @@ fn unreachable(addresses: &[&str]) -> Result<Vec<Effect>, String> {
             ports: Vec::new(),
             protocols: Vec::new(),
         },
-        sockets(&[(AF_PACKET, ANY), (AF_INET, raw), (AF_INET6, raw)]),
+        unhooked_sockets(),
     ])
 }
 
@@ -384,8 +389,6 @@ mod tests {
             kube_apiserver: vec!["10.96.0.1".into()],
             ..Environment::default()
         };
-        let raw = palisade_common::SOCKET_TYPE | libc::SOCK_RAW as u32;
-        let unhooked = Effect::Sockets(vec![(AF_PACKET, ANY), (AF_INET, raw), (AF_INET6, raw)]);
         for (name, _) in known_names() {
             let Some(Ok(effects)) = effects(&name, &env) else {
                 continue;
@@ -394,7 +397,7 @@ mod tests {
                 .iter()
                 .any(|effect| matches!(effect, Effect::Network { .. }))
             {
-                assert!(effects.contains(&unhooked), "{name}");
+                assert!(effects.contains(&unhooked_sockets()), "{name}");
             }
         }
     }
