@@ -155,6 +155,7 @@ pub const RULES: &[(&str, Category)] = &[
     ("cgroups-lxcfs-escape-mitigation", Category::VulMitigation),
     ("runc-override-mitigation", Category::VulMitigation),
     ("copy-fail-mitigation", Category::VulMitigation),
+    ("ingress-nightmare-mitigation", Category::VulMitigation),
 ];
 
 /// vArmor's rules that only its seccomp profiles enforce. The schema takes them, as it takes a

@@ -4,8 +4,10 @@
 //! generation of its spec) asks for a reconcile, which resolves each selected pod to its cgroup
 //! and installs its policy (arming cgroups the kubelet has not created yet), and reports on each
 //! policy in its status. The pods of BehaviorModeling policies are modeled into
-//! PalisadeBehaviorModel objects (model.rs).
+//! PalisadeBehaviorModel objects (model.rs). The ingress-nginx admission webhook's Services and
+//! EndpointSlices are followed too, for the policies that block them (admission.rs).
 
+mod admission;
 mod model;
 mod owner;
 mod reconcile;
@@ -25,7 +27,10 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::{
+    core::v1::{Namespace, Pod, Service},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
     Api, Client, Resource, ResourceExt,
     core::PartialObjectMeta,
@@ -46,8 +51,13 @@ use tokio::{
 };
 use tracing::{error, info, warn};
 
-use self::model::{ClusterModels, ModelWriter, node_label};
-use crate::{behavior::Models, metrics::Metrics, targets::Enforce};
+use self::{
+    admission::{SERVICE_NAME_LABEL, admission_destinations},
+    model::{ClusterModels, ModelWriter, node_label},
+};
+use crate::{
+    behavior::Models, metrics::Metrics, policy::INGRESS_ADMISSION_SERVICE, targets::Enforce,
+};
 
 /// The field manager of this node's agent in server-side apply.
 fn field_manager(node: &str) -> String {
@@ -64,6 +74,10 @@ pub struct Cluster {
     cluster_policies: Store<PalisadeClusterPolicy>,
     pods: Store<Pod>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
+    /// The ingress-nginx admission webhook's Services and their EndpointSlices, in any namespace
+    /// (admission.rs keeps those of ingress-nginx's).
+    admission_services: Store<Service>,
+    admission_slices: Store<EndpointSlice>,
     models: Models<ClusterModels>,
     model_writer: JoinHandle<()>,
     observations: watch::Sender<Vec<Observed>>,
@@ -119,6 +133,32 @@ impl Cluster {
             changed.clone(),
             unreconciled.clone(),
         );
+        let admission_services = reflect(
+            watcher(
+                Api::<Service>::all(client.clone()),
+                watcher::Config::default()
+                    .fields(&format!("metadata.name={INGRESS_ADMISSION_SERVICE}")),
+            )
+            .default_backoff()
+            .modify(|service| service.managed_fields_mut().clear()),
+            "the ingress-nginx admission Services",
+            Watching::Everything,
+            changed.clone(),
+            unreconciled.clone(),
+        );
+        let admission_slices = reflect(
+            watcher(
+                Api::<EndpointSlice>::all(client.clone()),
+                watcher::Config::default()
+                    .labels(&format!("{SERVICE_NAME_LABEL}={INGRESS_ADMISSION_SERVICE}")),
+            )
+            .default_backoff()
+            .modify(|slice| slice.managed_fields_mut().clear()),
+            "the ingress-nginx admission EndpointSlices",
+            Watching::Everything,
+            changed.clone(),
+            unreconciled.clone(),
+        );
         // This node's models, to know which are complete.
         let models_here = || {
             watcher::Config::default().labels(&format!("{MODEL_NODE_LABEL}={}", node_label(node)))
@@ -147,12 +187,15 @@ impl Cluster {
         );
         info!(
             node,
-            "waiting for the first list of policies, pods, namespaces and models"
+            "waiting for the first list of policies, pods, namespaces, models and the ingress-nginx \
+             admission Services"
         );
         policies.wait_until_ready().await?;
         cluster_policies.wait_until_ready().await?;
         pods.wait_until_ready().await?;
         namespaces.wait_until_ready().await?;
+        admission_services.wait_until_ready().await?;
+        admission_slices.wait_until_ready().await?;
         namespaced_models.wait_until_ready().await?;
         cluster_models.wait_until_ready().await?;
         let (observations, receiver) = watch::channel(Vec::new());
@@ -169,6 +212,8 @@ impl Cluster {
             cluster_policies,
             pods,
             namespaces,
+            admission_services,
+            admission_slices,
             models: Models::new(models),
             model_writer,
             observations,
@@ -200,6 +245,10 @@ impl Cluster {
                 .iter()
                 .map(|namespace| (namespace.name_any(), namespace.labels().clone()))
                 .collect(),
+            ingress_admission: admission_destinations(
+                &self.admission_services.state(),
+                &self.admission_slices.state(),
+            ),
         }
     }
 

@@ -12,11 +12,15 @@ use std::{
 use k8s_openapi::{api::core::v1::Pod, jiff::Timestamp};
 use kube::ResourceExt;
 use palisade_crds::{NodeModel, PalisadeClusterPolicy, PalisadePolicy, PolicySpec, PolicyStatus};
+use tracing::info;
 
 use super::{model::ClusterModels, select::selects};
 use crate::{
     behavior::Models,
-    policy::{CompiledPolicy, Environment, Policy},
+    policy::{
+        CompiledPolicy, Environment, INGRESS_NIGHTMARE_MITIGATION, Policy, ServiceDestinations,
+        lists_built_in,
+    },
     rules::RuleHost,
     targets::{
         CgroupDriver, Enforce, EnforcedSet, Entry, Hierarchy, Placement, PodIdentity, PodRegistry,
@@ -119,6 +123,8 @@ pub struct Objects {
     pub pods: Vec<Arc<Pod>>,
     /// The labels of each namespace, by name.
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    /// Where the ingress-nginx admission webhook is.
+    pub ingress_admission: ServiceDestinations,
 }
 
 /// What this node did with one policy.
@@ -146,9 +152,14 @@ impl PolicyReport {
     }
 }
 
+/// A policy as it was compiled: from which object, with what the cluster told its rules.
 struct Compiled {
     uid: String,
     generation: i64,
+    /// The admission webhook's destinations, if the policy blocks them.
+    ingress_admission: Option<ServiceDestinations>,
+    /// Which compilation this is, of all the reconciler made.
+    revision: u64,
     result: Result<Arc<CompiledPolicy>, String>,
 }
 
@@ -156,7 +167,8 @@ struct Compiled {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PolicyVersion {
     policy: PolicyKey,
-    generation: i64,
+    /// Its compilation: a new generation, or new destinations for its rules.
+    revision: u64,
     /// The model the kernel records the pod's behaviour into, while the policy models it.
     model: Option<u32>,
 }
@@ -178,6 +190,8 @@ pub struct Reconciler {
     modules: PathBuf,
     environment: Environment,
     compiled: HashMap<PolicyKey, Compiled>,
+    /// Compilations so far.
+    revisions: u64,
     /// By pod UID.
     enforced: EnforcedSet<String, PolicyVersion>,
     /// Which pod and container each cgroup of a protected pod is, for audit events.
@@ -200,6 +214,7 @@ impl Reconciler {
             modules,
             environment,
             compiled: HashMap::new(),
+            revisions: 0,
             enforced: EnforcedSet::default(),
             pods,
         }
@@ -259,17 +274,30 @@ impl Reconciler {
         let mut reports: BTreeMap<PolicyKey, PolicyReport> = BTreeMap::new();
         self.compiled
             .retain(|key, _| objects.policies.iter().any(|policy| policy.key == *key));
+        self.environment.ingress_admission = Some(objects.ingress_admission.clone());
         for policy in &objects.policies {
-            let current = self.compiled.get(&policy.key).is_some_and(|compiled| {
+            // Only the policies that block the webhook are compiled again when it moves.
+            let ingress_admission = lists_built_in(&policy.spec, INGRESS_NIGHTMARE_MITIGATION)
+                .then(|| objects.ingress_admission.clone());
+            let previous = self.compiled.get(&policy.key).filter(|compiled| {
                 compiled.uid == policy.uid && compiled.generation == policy.generation
             });
-            if !current {
+            if previous.is_none_or(|previous| previous.ingress_admission != ingress_admission) {
+                if previous.is_some() {
+                    info!(
+                        "{}: the ingress-nginx admission webhook is now at {:?}; compiling it again",
+                        policy.key, objects.ingress_admission
+                    );
+                }
                 let result = self.compile(policy);
+                self.revisions += 1;
                 self.compiled.insert(
                     policy.key.clone(),
                     Compiled {
                         uid: policy.uid.clone(),
                         generation: policy.generation,
+                        ingress_admission,
+                        revision: self.revisions,
                         result,
                     },
                 );
@@ -364,7 +392,7 @@ impl Reconciler {
             // A version's model is set once `record` decides it.
             let current = |policy: &PolicyObject| PolicyVersion {
                 policy: policy.key.clone(),
-                generation: policy.generation,
+                revision: self.compiled[&policy.key].revision,
                 model: None,
             };
             let installing = match &self.compiled[&chosen.key].result {

@@ -19,6 +19,35 @@ pub struct Environment {
     pub kube_apiserver: Vec<String>,
     /// This machine's host name.
     pub node: String,
+    /// Where the ingress-nginx admission webhook is, for ingress-nightmare-mitigation: known in
+    /// Kubernetes mode only (`None` elsewhere).
+    pub ingress_admission: Option<ServiceDestinations>,
+}
+
+/// The rule that blocks ingress-nginx's admission webhook.
+pub const INGRESS_NIGHTMARE_MITIGATION: &str = "ingress-nightmare-mitigation";
+/// The Service of ingress-nginx's admission webhook, which CVE-2025-1974 reaches from any pod.
+pub const INGRESS_ADMISSION_SERVICE: &str = "ingress-nginx-controller-admission";
+/// The namespaces ingress-nginx is installed in (its chart's and its manifests' defaults). Only
+/// these: whoever writes Services or EndpointSlices elsewhere must not choose what pods may reach.
+pub const INGRESS_ADMISSION_NAMESPACES: [&str; 2] = ["ingress-nginx", "kube-system"];
+
+/// Where a Service is reached: its cluster IPs on every port, its endpoints on theirs. Sorted
+/// and without duplicates, so that the same destinations compare equal.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceDestinations {
+    /// The Services found, as `namespace/name`.
+    pub services: Vec<String>,
+    pub cluster_ips: Vec<String>,
+    pub endpoints: Vec<Endpoints>,
+}
+
+/// Addresses of a Service's endpoints (an EndpointSlice's) and the ports they serve on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Endpoints {
+    pub addresses: Vec<String>,
+    /// Empty: every port.
+    pub ports: Vec<u16>,
 }
 
 impl Environment {
@@ -32,6 +61,7 @@ impl Environment {
             node: std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|name| name.trim().to_owned())
                 .unwrap_or_default(),
+            ingress_admission: None,
         }
     }
 }
@@ -120,19 +150,46 @@ fn unhooked_sockets() -> Effect {
     sockets(&[(AF_PACKET, ANY), (AF_INET, raw), (AF_INET6, raw)])
 }
 
+/// No connect or datagram to `addresses` on `ports` (empty: every port), whatever the protocol.
+fn destinations<A: AsRef<str>>(addresses: &[A], ports: &[u16]) -> Result<Effect, String> {
+    // An empty list would mean every address.
+    assert!(!addresses.is_empty(), "a destination rule names addresses");
+    Ok(Effect::Network {
+        blocks: addresses
+            .iter()
+            .map(|address| AddressBlock::parse(address.as_ref()))
+            .collect::<Result<_, _>>()?,
+        ports: ports.to_vec(),
+        protocols: Vec::new(),
+    })
+}
+
 /// `addresses` cannot be reached: no connect or datagram to them, and no unhooked socket.
-fn unreachable(addresses: &[&str]) -> Result<Vec<Effect>, String> {
-    Ok(vec![
-        Effect::Network {
-            blocks: addresses
-                .iter()
-                .map(|address| AddressBlock::parse(address))
-                .collect::<Result<_, _>>()?,
-            ports: Vec::new(),
-            protocols: Vec::new(),
-        },
-        unhooked_sockets(),
-    ])
+fn unreachable<A: AsRef<str>>(addresses: &[A]) -> Result<Vec<Effect>, String> {
+    Ok(vec![destinations(addresses, &[])?, unhooked_sockets()])
+}
+
+/// `service` cannot be reached: its cluster IPs on any port, its endpoints on the ports they
+/// serve (a pod's other ports stay reachable), and no unhooked socket.
+fn service_unreachable(service: &ServiceDestinations) -> Result<Vec<Effect>, String> {
+    let mut effects = Vec::new();
+    if !service.cluster_ips.is_empty() {
+        effects.push(destinations(&service.cluster_ips, &[])?);
+    }
+    for endpoints in &service.endpoints {
+        if !endpoints.addresses.is_empty() {
+            effects.push(destinations(&endpoints.addresses, &endpoints.ports)?);
+        }
+    }
+    effects.push(unhooked_sockets());
+    Ok(effects)
+}
+
+/// The admission Services, for messages: "A and B" or "A nor B".
+fn ingress_admission_services(conjunction: &str) -> String {
+    INGRESS_ADMISSION_NAMESPACES
+        .map(|namespace| format!("{namespace}/{INGRESS_ADMISSION_SERVICE}"))
+        .join(&format!(" {conjunction} "))
 }
 
 /// A built-in rule of addresses this file lists.
@@ -288,8 +345,7 @@ pub fn effects(name: &str, env: &Environment) -> Option<Result<Vec<Effect>, Stri
                                  (KUBERNETES_SERVICE_HOST is not set)"
                     .to_owned()));
             }
-            let addresses: Vec<&str> = env.kube_apiserver.iter().map(String::as_str).collect();
-            match unreachable(&addresses) {
+            match unreachable(&env.kube_apiserver) {
                 Ok(effects) => effects,
                 Err(reason) => return Some(Err(reason)),
             }
@@ -318,6 +374,27 @@ pub fn effects(name: &str, env: &Environment) -> Option<Result<Vec<Effect>, Stri
         // The host's runc, however the target reaches it (/proc/self/exe included).
         "runc-override-mitigation" => vec![files(&["/**/runc"], WRITE)],
         "copy-fail-mitigation" => vec![sockets(&[(AF_ALG, ANY)])],
+        // CVE-2025-1974: the admission webhook of ingress-nginx, reachable from every pod, runs
+        // the configuration a request carries. As vArmor does, its Services' addresses.
+        INGRESS_NIGHTMARE_MITIGATION => {
+            let result = match &env.ingress_admission {
+                None => Err(format!(
+                    "the addresses of the ingress-nginx admission webhook (Service {}) are known \
+                     only to the agent in Kubernetes mode, not with policy files",
+                    ingress_admission_services("and")
+                )),
+                Some(service) if service.services.is_empty() => Err(format!(
+                    "neither Service {} exists: without the ingress-nginx admission webhook \
+                     there is nothing to block (remove the rule, or install ingress-nginx first)",
+                    ingress_admission_services("nor")
+                )),
+                Some(service) => service_unreachable(service),
+            };
+            match result {
+                Ok(effects) => effects,
+                Err(reason) => return Some(Err(reason)),
+            }
+        }
         // vArmor enforces these two with seccomp only: a system call refused whatever it is for.
         "disallow-userfaultfd-creation" => return Some(Err(USERFAULTFD_INSTEAD.to_owned())),
         "dirty-pipe-mitigation" => return Some(Err(DIRTY_PIPE_INSTEAD.to_owned())),
@@ -358,12 +435,25 @@ fn edit_distance(a: &str, b: &str) -> usize {
 mod tests {
     use super::*;
 
+    /// An environment that knows every address a rule may need.
+    fn kubernetes() -> Environment {
+        Environment {
+            kube_apiserver: vec!["10.96.0.1".into()],
+            ingress_admission: Some(ServiceDestinations {
+                services: vec!["ingress-nginx/ingress-nginx-controller-admission".into()],
+                cluster_ips: vec!["10.96.0.20".into()],
+                endpoints: vec![Endpoints {
+                    addresses: vec!["10.244.1.5".into(), "fd00::5".into()],
+                    ports: vec![8443],
+                }],
+            }),
+            ..Environment::default()
+        }
+    }
+
     #[test]
     fn every_listed_rule_has_effects() {
-        let env = Environment {
-            kube_apiserver: vec!["10.96.0.1".into()],
-            ..Environment::default()
-        };
+        let env = kubernetes();
         for (name, _) in known_names() {
             let effects = effects(&name, &env).unwrap_or_else(|| panic!("{name} is unknown"));
             assert!(!effects.unwrap().is_empty(), "{name}");
@@ -385,10 +475,7 @@ mod tests {
 
     #[test]
     fn egress_rules_also_refuse_packet_and_raw_ip_sockets() {
-        let env = Environment {
-            kube_apiserver: vec!["10.96.0.1".into()],
-            ..Environment::default()
-        };
+        let env = kubernetes();
         for (name, _) in known_names() {
             let Some(Ok(effects)) = effects(&name, &env) else {
                 continue;
@@ -400,6 +487,76 @@ mod tests {
                 assert!(effects.contains(&unhooked_sockets()), "{name}");
             }
         }
+    }
+
+    #[test]
+    fn ingress_admission_cluster_ips_on_every_port_endpoints_on_theirs() {
+        let Some(Ok(effects)) = effects("ingress-nightmare-mitigation", &kubernetes()) else {
+            panic!()
+        };
+        let block = |text| AddressBlock::parse(text).unwrap();
+        assert_eq!(
+            effects,
+            [
+                Effect::Network {
+                    blocks: vec![block("10.96.0.20")],
+                    ports: vec![],
+                    protocols: vec![],
+                },
+                Effect::Network {
+                    blocks: vec![block("10.244.1.5"), block("fd00::5")],
+                    ports: vec![8443],
+                    protocols: vec![],
+                },
+                unhooked_sockets(),
+            ]
+        );
+    }
+
+    #[test]
+    fn ingress_admission_without_addresses_blocks_no_address() {
+        // A headless Service whose pods are not ready: an empty list would mean every address.
+        let env = Environment {
+            ingress_admission: Some(ServiceDestinations {
+                services: vec!["kube-system/ingress-nginx-controller-admission".into()],
+                cluster_ips: vec![],
+                endpoints: vec![Endpoints {
+                    addresses: vec![],
+                    ports: vec![8443],
+                }],
+            }),
+            ..Environment::default()
+        };
+        assert_eq!(
+            effects("ingress-nightmare-mitigation", &env),
+            Some(Ok(vec![unhooked_sockets()]))
+        );
+    }
+
+    #[test]
+    fn ingress_admission_unknown_or_absent_is_an_error() {
+        let Some(Err(offline)) = effects("ingress-nightmare-mitigation", &Environment::default())
+        else {
+            panic!()
+        };
+        assert!(
+            offline.contains("only to the agent in Kubernetes mode"),
+            "{offline}"
+        );
+        let absent = Environment {
+            ingress_admission: Some(ServiceDestinations::default()),
+            ..Environment::default()
+        };
+        let Some(Err(absent)) = effects("ingress-nightmare-mitigation", &absent) else {
+            panic!()
+        };
+        assert!(
+            absent.starts_with(
+                "neither Service ingress-nginx/ingress-nginx-controller-admission nor \
+                 kube-system/ingress-nginx-controller-admission exists"
+            ),
+            "{absent}"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use palisade_rule_sdk::model::{family_number, socket_type_number};
 
 use super::{
     Action, AllowRules, AttackProtection, CustomRules, EnhanceProtect, Mode, Pattern, Policy,
-    PolicyError, PortRange, Protocol, RuleModule, VArmorRules,
+    PolicyError, PolicySpec, PortRange, Protocol, RuleModule, VArmorRules,
     catalog::{self, Category, Environment},
     effect::{AddressBlock, Allowance, EXEC_RULE_PERMS, Effect, Switch, parse_port_range},
     permission::kernel_perms,
@@ -449,6 +449,17 @@ fn listed_rules(
     let base = format!("{ENHANCE_PROTECT}.customRules");
     custom_rules(source, &enhance.custom_rules, &base, "", &mut rules)?;
     Ok(rules)
+}
+
+/// Whether `spec` lists built-in rule `name` (a list it cannot read counts: the caller compiles
+/// again and reports the error).
+pub fn lists_built_in(spec: &PolicySpec, name: &str) -> bool {
+    spec.enhance_protect
+        .as_ref()
+        .is_some_and(|enhance| match built_in_names(&"", enhance) {
+            Ok(listed) => listed.iter().any(|(_, _, listed)| *listed == name),
+            Err(_) => true,
+        })
 }
 
 /// The built-in rules `enhance` lists, each with its list and the field it is at. vArmor's
@@ -965,6 +976,10 @@ mod tests {
             error("attackProtectionRules", "block-access-to-kube-apiserver"),
             "p.yaml: spec.enhanceProtect.attackProtectionRules[0]: \"block-access-to-kube-apiserver\": the API server's address is unknown (KUBERNETES_SERVICE_HOST is not set)"
         );
+        assert_eq!(
+            error("vulMitigationRules", "ingress-nightmare-mitigation"),
+            "p.yaml: spec.enhanceProtect.vulMitigationRules[0]: \"ingress-nightmare-mitigation\": the addresses of the ingress-nginx admission webhook (Service ingress-nginx/ingress-nginx-controller-admission and kube-system/ingress-nginx-controller-admission) are known only to the agent in Kubernetes mode, not with policy files"
+        );
         assert!(
             error("vulMitigationRules", "dirty-pipe-mitigation").starts_with(
                 "p.yaml: spec.enhanceProtect.vulMitigationRules[0]: \"dirty-pipe-mitigation\": vArmor enforces this rule with seccomp"
@@ -1053,6 +1068,28 @@ mod tests {
     }
 
     #[test]
+    fn which_policies_list_a_built_in_rule() {
+        let lists = |spec: &str| {
+            let policy = Policy::parse(Path::new("p.yaml"), &with_spec(spec)).unwrap();
+            lists_built_in(&policy.spec, "disable-shell")
+        };
+        assert!(lists(
+            "  mode: EnhanceProtect\n  enhanceProtect:\n    attackProtectionRules: [disable-shell]\n"
+        ));
+        assert!(lists(
+            "  mode: EnhanceProtect\n  enhanceProtect:\n    attackProtectionRules:\n      - rules: [disable-shell]\n"
+        ));
+        assert!(!lists(
+            "  mode: EnhanceProtect\n  enhanceProtect:\n    attackProtectionRules: [disable-wget]\n"
+        ));
+        assert!(!lists("  mode: RuntimeDefault\n"));
+        // One it cannot read: compiled again, to report why.
+        assert!(lists(
+            "  mode: EnhanceProtect\n  enhanceProtect:\n    attackProtectionRules:\n      - {rules: [disable-wget], targets: [/bin/sh]}\n"
+        ));
+    }
+
+    #[test]
     fn every_built_in_rule_compiles_together() {
         let mut lists: HashMap<&str, Vec<String>> = HashMap::new();
         for (name, category) in catalog::known_names() {
@@ -1065,6 +1102,11 @@ mod tests {
         let file = Path::new("p.yaml");
         let env = Environment {
             kube_apiserver: vec!["10.96.0.1".into()],
+            ingress_admission: Some(catalog::ServiceDestinations {
+                services: vec!["kube-system/ingress-nginx-controller-admission".into()],
+                cluster_ips: vec!["10.96.0.20".into()],
+                endpoints: Vec::new(),
+            }),
             ..Environment::default()
         };
         let policy = compile(

@@ -11,11 +11,14 @@ mod pattern;
 mod permission;
 mod replay;
 
-pub use catalog::{CAPABILITIES, Environment};
+pub use catalog::{
+    CAPABILITIES, Endpoints, Environment, INGRESS_ADMISSION_NAMESPACES, INGRESS_ADMISSION_SERVICE,
+    INGRESS_NIGHTMARE_MITIGATION, ServiceDestinations,
+};
 pub use compile::{CompiledPolicy, Decider, RuleInfo, compile};
 pub use effect::AddressBlock;
 pub use encode::{MapEntries, NetworkEntry, TrieEntry};
-pub use lower::{ModuleRules, ip_protocol, module_field};
+pub use lower::{ModuleRules, ip_protocol, lists_built_in, module_field};
 pub use model::{KIND, MAX_FILE_BYTES, Metadata, Policy, parse_document, read_file};
 pub use palisade_crds::{
     Action, AllowRules, AttackProtection, CapabilityRule, CustomRules, EnhanceProtect, ExecRule,

@@ -17,7 +17,8 @@ use super::{
 
 /// Built-in rules the S4 states leave out because they deny what the benchmarks themselves do
 /// (run busybox, open TCP connections, and nginx looks its user up in /etc/passwd), under any of
-/// their names; every other built-in rule is on.
+/// their names, or because a policy file cannot use them (the ingress-nginx admission webhook is
+/// found in Kubernetes mode only); every other built-in rule is on.
 const LEFT_OUT: &[&str] = &[
     "disable-busybox",
     "disable-shell",
@@ -26,6 +27,7 @@ const LEFT_OUT: &[&str] = &[
     "disable-ipv4",
     "disable-tcp",
     "disable-access-passwd",
+    "ingress-nightmare-mitigation",
 ];
 
 /// The file S6's background process opens, under an audit rule.
@@ -283,6 +285,7 @@ mod tests {
                 let environment = Environment {
                     kube_apiserver: vec!["10.96.0.1".to_owned()],
                     node: "bench".to_owned(),
+                    ingress_admission: None,
                 };
                 Policy::parse(file, &text)
                     .and_then(|policy| compile(&file.display(), &policy, &environment, &[]))

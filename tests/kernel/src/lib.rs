@@ -13,7 +13,10 @@ use aya::maps::{MapData, RingBuf};
 use palisade_agent::{
     bpf::Enforcer,
     events::{AuditEvent, Decoder},
-    policy::{CompiledPolicy, Environment, Policy, compile},
+    policy::{
+        CompiledPolicy, Endpoints, Environment, INGRESS_ADMISSION_SERVICE, Policy,
+        ServiceDestinations, compile,
+    },
     targets::{Cgroup, Hierarchy, PodRegistry, join_in_child},
 };
 
@@ -71,6 +74,12 @@ pub fn this_kernels(name: &str) -> String {
 /// The API server address the tests' policies are compiled for.
 pub const KUBE_APISERVER: &str = "10.96.0.1";
 
+/// Where the tests' policies are compiled to find the ingress-nginx admission webhook: a
+/// Service's cluster IP, and one endpoint (on loopback, where a test can listen) on this port.
+pub const INGRESS_ADMISSION_IP: &str = "10.96.0.20";
+pub const INGRESS_ADMISSION_ENDPOINT: &str = "127.0.0.2";
+pub const INGRESS_ADMISSION_PORT: u16 = 18443;
+
 /// Compiles a policy whose `spec` is `spec` (YAML, indented by two spaces).
 pub fn policy_with_spec(name: &str, spec: &str) -> Arc<CompiledPolicy> {
     let text = format!(
@@ -81,6 +90,14 @@ pub fn policy_with_spec(name: &str, spec: &str) -> Arc<CompiledPolicy> {
     let env = Environment {
         kube_apiserver: vec![KUBE_APISERVER.to_owned()],
         node: "palisade-vm".to_owned(),
+        ingress_admission: Some(ServiceDestinations {
+            services: vec![format!("ingress-nginx/{INGRESS_ADMISSION_SERVICE}")],
+            cluster_ips: vec![INGRESS_ADMISSION_IP.to_owned()],
+            endpoints: vec![Endpoints {
+                addresses: vec![INGRESS_ADMISSION_ENDPOINT.to_owned()],
+                ports: vec![INGRESS_ADMISSION_PORT],
+            }],
+        }),
     };
     Arc::new(compile(&file.display(), &parsed, &env, &[]).unwrap_or_else(|err| panic!("{err}")))
 }

@@ -1,15 +1,23 @@
 //! The agent's Kubernetes mode against a real API server, as the chart's service account: its
 //! reflectors follow policies, pods and namespaces; selected pods get their policy (armed before
 //! the kubelet makes their cgroup); a restarted agent resyncs; statuses and events say what
-//! each node did.
+//! each node did; the ingress-nginx admission webhook's addresses follow its Services.
 
-use k8s_openapi::api::events::v1::Event;
-use kube::{Api, api::ListParams};
+use std::sync::Arc;
+
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice, events::v1::Event};
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams, Patch, PatchParams},
+};
+use palisade_agent::policy::CompiledPolicy;
+use palisade_common::ACTION_DENY;
 use palisade_crds::{ENFORCED, PalisadePolicy, PolicyStatus, READY};
 use palisade_kube_tests::{
     Agent, Node, admin, apply_policy, delete_pod, eventually, namespace, pod, relabel_pod,
     report_containers, rule_names,
 };
+use serde_json::json;
 
 fn web_policy(namespace: &str, extra: &str) -> String {
     format!(
@@ -614,4 +622,191 @@ async fn audit_events_can_name_the_pod_and_container_of_a_cgroup() {
         ),
         ("names", "web", None)
     );
+}
+
+const ADMISSION: &str = "ingress-nginx-controller-admission";
+
+/// The ingress-nginx admission Service in `namespace`, selectorless, with one EndpointSlice of
+/// `endpoint` on 8443 (made here: the test cluster runs no EndpointSlice controller); returns the
+/// cluster IP the API server gave the Service.
+async fn admission_service(namespace: &str, endpoint: &str) -> String {
+    let client = admin().await;
+    let params = PatchParams::apply("palisade-tests").force();
+    let service = Api::<Service>::namespaced(client.clone(), namespace)
+        .patch(
+            ADMISSION,
+            &params,
+            &Patch::Apply(json!({
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": ADMISSION},
+                "spec": {"ports": [{"name": "https-webhook", "port": 443, "targetPort": 8443}]},
+            })),
+        )
+        .await
+        .expect("applying a Service");
+    Api::<EndpointSlice>::namespaced(client, namespace)
+        .patch(
+            ADMISSION,
+            &params,
+            &Patch::Apply(json!({
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": ADMISSION,
+                    "labels": {"kubernetes.io/service-name": ADMISSION},
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [endpoint]}],
+                "ports": [{"name": "https-webhook", "port": 8443, "protocol": "TCP"}],
+            })),
+        )
+        .await
+        .expect("applying an EndpointSlice");
+    service
+        .spec
+        .and_then(|spec| spec.cluster_ip)
+        .expect("a cluster IP")
+}
+
+async fn delete_admission_service(namespace: &str) {
+    let client = admin().await;
+    let gone = |result: kube::Result<_>| match result {
+        Ok(()) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => {}
+        Err(err) => panic!("deleting: {err}"),
+    };
+    let params = DeleteParams::default();
+    gone(
+        Api::<Service>::namespaced(client.clone(), namespace)
+            .delete(ADMISSION, &params)
+            .await
+            .map(drop),
+    );
+    gone(
+        Api::<EndpointSlice>::namespaced(client, namespace)
+            .delete(ADMISSION, &params)
+            .await
+            .map(drop),
+    );
+}
+
+/// Whether `policy` denies a TCP connection to `address`:`port`.
+fn denies(policy: &CompiledPolicy, address: &str, port: u16) -> bool {
+    let verdict = policy
+        .entries()
+        .decide_destination(address.parse().unwrap(), 6, port);
+    verdict.action & ACTION_DENY != 0
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ingress_nightmare_mitigation_follows_the_admission_webhook() {
+    let client = admin().await;
+    let tenant = "ingress-tenant";
+    namespace(&client, tenant, &[]).await;
+    namespace(&client, "ingress-nginx", &[]).await;
+    for namespace in ["ingress-nginx", "kube-system", tenant] {
+        delete_admission_service(namespace).await;
+    }
+    let node = Node::new("ingress");
+    let web = pod(&client, tenant, "web", &node.name, &[("app", "web")]).await;
+    let web_id = node.id(&node.start(&web));
+    let other = pod(&client, tenant, "other", &node.name, &[("app", "other")]).await;
+    let other_id = node.id(&node.start(&other));
+    let agent = Agent::start(&node).await;
+    apply_policy(
+        &client,
+        &format!(
+            "apiVersion: palisade.dev/v1alpha1\nkind: PalisadePolicy\nmetadata:\n  name: other\n  namespace: {tenant}\nspec:\n  target:\n    selector: {{matchLabels: {{app: other}}}}\n  mode: EnhanceProtect\n  enhanceProtect:\n    hardeningRules: [disallow-mount]\n"
+        ),
+    )
+    .await;
+    let other_policy = eventually("other protected", async || agent.enforced(other_id)).await;
+
+    // Neither Service: rejected, saying so.
+    apply_policy(
+        &client,
+        &web_policy(
+            tenant,
+            "  mode: EnhanceProtect\n  enhanceProtect:\n    vulMitigationRules: [ingress-nightmare-mitigation]\n",
+        ),
+    )
+    .await;
+    let policies: Api<PalisadePolicy> = Api::namespaced(client.clone(), tenant);
+    let rejected = async || {
+        let status = policies.get_status("web").await.ok()?.status?;
+        let ready = condition(&status, READY)?;
+        (ready.reason == "Rejected").then(|| ready.message.clone())
+    };
+    let message = eventually("web rejected", rejected).await;
+    assert!(
+        message.contains(&format!(
+            "neither Service ingress-nginx/{ADMISSION} nor kube-system/{ADMISSION} exists"
+        )),
+        "{message}"
+    );
+    assert!(agent.enforced(web_id).is_none());
+
+    // Installed: its cluster IP on every port, its endpoint on the webhook's port only.
+    let cluster_ip = admission_service("ingress-nginx", "10.244.1.5").await;
+    let policy = eventually("web protected", async || {
+        agent
+            .enforced(web_id)
+            .filter(|policy| denies(policy, "10.244.1.5", 8443))
+    })
+    .await;
+    assert!(denies(&policy, &cluster_ip, 443) && denies(&policy, &cluster_ip, 80));
+    assert!(denies(&policy, "10.244.1.5", 8443));
+    assert!(!denies(&policy, "10.244.1.5", 80) && !denies(&policy, "10.244.1.5", 443));
+    let generation = policies.get("web").await.unwrap().metadata.generation;
+
+    // The webhook's pod moves: the same generation of the policy follows it.
+    admission_service("ingress-nginx", "10.244.2.7").await;
+    let policy = eventually("the new endpoint blocked", async || {
+        agent
+            .enforced(web_id)
+            .filter(|policy| denies(policy, "10.244.2.7", 8443))
+    })
+    .await;
+    assert!(!denies(&policy, "10.244.1.5", 8443), "the old one released");
+    assert!(denies(&policy, &cluster_ip, 443));
+    assert_eq!(
+        policies.get("web").await.unwrap().metadata.generation,
+        generation
+    );
+
+    // A copy in kube-system counts; a same-named Service in a tenant's namespace does not.
+    let tenants_ip = admission_service(tenant, "10.244.9.9").await;
+    let system_ip = admission_service("kube-system", "10.244.3.3").await;
+    let policy = eventually("kube-system's blocked", async || {
+        agent
+            .enforced(web_id)
+            .filter(|policy| denies(policy, &system_ip, 443) && denies(policy, "10.244.3.3", 8443))
+    })
+    .await;
+    assert!(denies(&policy, "10.244.2.7", 8443));
+    assert!(!denies(&policy, &tenants_ip, 443) && !denies(&policy, "10.244.9.9", 8443));
+    // A policy without the rule was not compiled or installed again.
+    assert!(Arc::ptr_eq(
+        &agent.enforced(other_id).unwrap(),
+        &other_policy
+    ));
+
+    // One gone: the other is still blocked. Both gone: rejected again, and the pod keeps what
+    // it had.
+    delete_admission_service("ingress-nginx").await;
+    let policy = eventually("ingress-nginx's released", async || {
+        agent
+            .enforced(web_id)
+            .filter(|policy| !denies(policy, "10.244.2.7", 8443))
+    })
+    .await;
+    assert!(denies(&policy, &system_ip, 443) && denies(&policy, "10.244.3.3", 8443));
+    delete_admission_service("kube-system").await;
+    eventually("web rejected again", rejected).await;
+    let kept = agent.enforced(web_id).unwrap();
+    assert!(denies(&kept, &system_ip, 443) && denies(&kept, "10.244.3.3", 8443));
+    delete_admission_service(tenant).await;
+    delete_policy(tenant, "web").await;
+    delete_policy(tenant, "other").await;
 }

@@ -11,7 +11,8 @@ use std::{
 };
 
 use palisade_kernel_tests::{
-    Answer, EPERM, KUBE_APISERVER, Kernel, assert_allowed, assert_denied_once, binary, file, probe,
+    Answer, EPERM, INGRESS_ADMISSION_ENDPOINT, INGRESS_ADMISSION_IP, INGRESS_ADMISSION_PORT,
+    KUBE_APISERVER, Kernel, assert_allowed, assert_denied_once, binary, file, probe,
     protect_with_rule, sh,
 };
 
@@ -718,11 +719,12 @@ fn loopback_listener() -> (TcpListener, String) {
     (listener, port)
 }
 
-/// `rule` makes IPv4 `address` unreachable: by connect, datagram, TCP Fast Open and an IPv6
-/// socket, and through the sockets that would not say where they send: packet and raw IP ones.
-fn destination_rule(rule: &str, address: &str) {
+/// `rule` (in `list`) makes IPv4 `address` unreachable: by connect, datagram, TCP Fast Open and
+/// an IPv6 socket, and through the sockets that would not say where they send: packet and raw IP
+/// ones.
+fn destination_rule(list: &str, rule: &str, address: &str) {
     let mut kernel = Kernel::new();
-    let target = protect_with_rule(&mut kernel, ATTACK, rule);
+    let target = protect_with_rule(&mut kernel, list, rule);
     let mapped = format!("::ffff:{address}");
     for violation in [
         vec!["connect", address, "80"],
@@ -751,29 +753,93 @@ fn destination_rule(rule: &str, address: &str) {
 
 #[test]
 fn block_access_to_metadata_service_and_its_mapped_form() {
-    destination_rule("block-access-to-metadata-service", "169.254.169.254");
-    destination_rule("block-access-to-metadata-service", "100.100.100.200");
+    destination_rule(
+        ATTACK,
+        "block-access-to-metadata-service",
+        "169.254.169.254",
+    );
+    destination_rule(
+        ATTACK,
+        "block-access-to-metadata-service",
+        "100.100.100.200",
+    );
 }
 
 #[test]
 fn disallow_metadata_service_is_the_same_rule() {
-    destination_rule("disallow-metadata-service", "169.254.169.254");
+    destination_rule(ATTACK, "disallow-metadata-service", "169.254.169.254");
 }
 
 #[test]
 fn one_clouds_metadata_service() {
-    destination_rule("block-access-to-aws-metadata-service", "169.254.169.254");
-    destination_rule("block-access-to-volc-metadata-service", "100.96.0.96");
     destination_rule(
+        ATTACK,
+        "block-access-to-aws-metadata-service",
+        "169.254.169.254",
+    );
+    destination_rule(
+        ATTACK,
+        "block-access-to-volc-metadata-service",
+        "100.96.0.96",
+    );
+    destination_rule(
+        ATTACK,
         "block-access-to-alibaba-metadata-service",
         "100.100.100.200",
     );
-    destination_rule("block-access-to-oci-metadata-service", "192.0.0.192");
+    destination_rule(
+        ATTACK,
+        "block-access-to-oci-metadata-service",
+        "192.0.0.192",
+    );
 }
 
 #[test]
 fn block_access_to_kube_apiserver() {
-    destination_rule("block-access-to-kube-apiserver", KUBE_APISERVER);
+    destination_rule(ATTACK, "block-access-to-kube-apiserver", KUBE_APISERVER);
+}
+
+#[test]
+fn ingress_nightmare_mitigation_blocks_the_admission_service() {
+    destination_rule(
+        VULNERABILITY,
+        "ingress-nightmare-mitigation",
+        INGRESS_ADMISSION_IP,
+    );
+}
+
+/// The webhook's pods are blocked on the port the Service's endpoints serve; their other ports
+/// stay reachable.
+#[test]
+fn ingress_nightmare_mitigation_blocks_only_the_webhook_port_of_its_endpoints() {
+    let mut kernel = Kernel::new();
+    let rule = "ingress-nightmare-mitigation";
+    let target = protect_with_rule(&mut kernel, VULNERABILITY, rule);
+    let port = INGRESS_ADMISSION_PORT.to_string();
+    let mapped = format!("::ffff:{INGRESS_ADMISSION_ENDPOINT}");
+    for violation in [
+        ["connect", INGRESS_ADMISSION_ENDPOINT, &port],
+        ["sendto", INGRESS_ADMISSION_ENDPOINT, &port],
+        ["connect", &mapped, &port],
+    ] {
+        let event = assert_denied_once(&mut kernel, &target, rule, &violation, libc::EPERM);
+        let socket = event.socket.expect("socket details");
+        assert_eq!(
+            socket.address.as_deref(),
+            Some(INGRESS_ADMISSION_ENDPOINT),
+            "{violation:?}"
+        );
+    }
+    // Another port of the same address, and another address on the webhook's port.
+    let other = TcpListener::bind((INGRESS_ADMISSION_ENDPOINT, 0)).unwrap();
+    let other_port = other.local_addr().unwrap().port().to_string();
+    assert_allowed(
+        &mut kernel,
+        &target,
+        &["connect", INGRESS_ADMISSION_ENDPOINT, &other_port],
+    );
+    let _beside = TcpListener::bind(("127.0.0.1", INGRESS_ADMISSION_PORT)).unwrap();
+    assert_allowed(&mut kernel, &target, &["connect", "127.0.0.1", &port]);
 }
 
 /// The custom rules docs/policies.md gives for an address a custom network rule denies: packet
