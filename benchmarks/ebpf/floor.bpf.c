@@ -42,6 +42,7 @@ EMPTY(socket_sendmsg)
 EMPTY(socket_setsockopt)
 EMPTY(unix_stream_connect)
 EMPTY(kernfs_init_security)
+EMPTY(inode_init_security_anon)
 
 // The floor, but resolving the opened file's path as the agent's file_open does (bpf_d_path into
 // a per-CPU buffer of PATH_MAX bytes): the least any decision by path costs.

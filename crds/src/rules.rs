@@ -92,6 +92,7 @@ pub const RULES: &[(&str, Category)] = &[
     ("disallow-access-procfs-root", Category::Hardening),
     ("disallow-abuse-user-ns", Category::Hardening),
     ("disallow-create-user-ns", Category::Hardening),
+    ("disallow-userfaultfd-creation", Category::Hardening),
     ("disable-cap-all", Category::Hardening),
     (
         "disable-cap-all-except-net-bind-service",
@@ -158,12 +159,9 @@ pub const RULES: &[(&str, Category)] = &[
     ("ingress-nightmare-mitigation", Category::VulMitigation),
 ];
 
-/// vArmor's rules that only its seccomp profiles enforce. The schema takes them, as it takes a
-/// vArmor policy; the agent refuses them, saying what to use instead.
-pub const SECCOMP_ONLY: &[(&str, Category)] = &[
-    ("disallow-userfaultfd-creation", Category::Hardening),
-    ("dirty-pipe-mitigation", Category::VulMitigation),
-];
+/// vArmor's rules that only its seccomp profiles enforce, and no LSM hook can. The schema takes
+/// them, as it takes a vArmor policy; the agent refuses them, saying what to use instead.
+pub const SECCOMP_ONLY: &[(&str, Category)] = &[("dirty-pipe-mitigation", Category::VulMitigation)];
 
 /// Every name a policy may use: the rules above and `disable-cap-<name>` for each capability.
 pub fn known_names() -> Vec<(String, Category)> {

@@ -78,8 +78,9 @@ typedef uint64_t __u64;
 #define PALISADE_HOOK_UNIX_STREAM_CONNECT 26
 #define PALISADE_HOOK_FILE_RECEIVE 27
 #define PALISADE_HOOK_PATH_MKNOD 28
+#define PALISADE_HOOK_INODE_INIT_SECURITY_ANON 29
 /* Hook numbers are below this. */
-#define PALISADE_HOOK_COUNT 29
+#define PALISADE_HOOK_COUNT 30
 
 /* The rule id of the built-in protection of the process that loaded the programs. */
 #define PALISADE_RULE_SELF_PROTECTION 0xffffffffu
@@ -223,6 +224,7 @@ struct palisade_policy {
 	struct palisade_verdict chmod_exec_bits;  /* chmod to a mode with an x bit */
 	struct palisade_verdict chmod_setid_bits; /* chmod to a mode with setuid or setgid */
 	struct palisade_verdict block_device_open;
+	struct palisade_verdict userfaultfd; /* creating a userfaultfd */
 };
 
 /* Key of the `mount_types` hash map: new mounts of a file system type. */

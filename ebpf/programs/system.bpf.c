@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
-/* Privilege hooks: capabilities, user namespaces, the bpf() system call. */
+/* Privilege hooks: capabilities, user namespaces, the bpf() system call, userfaultfd. */
 #include "model.h"
 
 SEC("lsm/capable")
@@ -69,4 +69,38 @@ int TARGET_HOOK(bpf, int cmd, void *attr, unsigned int size, int ret)
 	if (reaches_loaded_objects(cmd))
 		return decide(&self_protection, &subject, cmd);
 	return decide(&subject.policy->bpf_prog_load, &subject, cmd);
+}
+
+/* The name the kernel gives a userfaultfd's anonymous inode, from userfaultfd(2) and from
+ * /dev/userfaultfd's USERFAULTFD_IOC_NEW alike. */
+static const char userfaultfd_name[] = "[userfaultfd]";
+#define USERFAULTFD_NAME_LEN (sizeof(userfaultfd_name) - 1)
+
+static __always_inline int is_userfaultfd(const struct qstr *name)
+{
+	char actual[USERFAULTFD_NAME_LEN];
+	if (BPF_CORE_READ(name, len) != USERFAULTFD_NAME_LEN ||
+	    bpf_probe_read_kernel(actual, sizeof(actual), BPF_CORE_READ(name, name)))
+		return 0;
+	for (int i = 0; i < USERFAULTFD_NAME_LEN; i++)
+		if (actual[i] != userfaultfd_name[i])
+			return 0;
+	return 1;
+}
+
+/* Anonymous inodes the kernel labels as it creates them (userfaultfd, io_uring): the hook of
+ * creating a userfaultfd, whose page faults handled in user space let an exploit pause the
+ * kernel in the middle of a copy. */
+SEC("lsm/inode_init_security_anon")
+int TARGET_HOOK(inode_init_security_anon, struct inode *inode, const struct qstr *name,
+		const struct inode *context_inode, int ret)
+{
+	if (ret || !is_userfaultfd(name))
+		return ret;
+	SUBJECT(subject, PALISADE_HOOK_INODE_INIT_SECURITY_ANON);
+	if (!find_subject(&subject))
+		return 0;
+	if (modeling(&subject))
+		record_operation(&subject, PALISADE_MODEL_OPERATION, 0);
+	return decide(&subject.policy->userfaultfd, &subject, 0);
 }

@@ -138,7 +138,7 @@ pub struct Mount {
 pub struct Operation {
     pub hook: String,
     /// bpf: the command; ptrace_access_check: the mode; socket_setsockopt: level << 16 |
-    /// option; userns_create: 0.
+    /// option; userns_create and inode_init_security_anon (a userfaultfd): 0.
     pub arg: u32,
 }
 

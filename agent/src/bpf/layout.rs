@@ -130,6 +130,7 @@ pub const PROGRAMS: &[&str] = &[
     "socket_setsockopt",
     "unix_stream_connect",
     "kernfs_init_security",
+    "inode_init_security_anon",
 ];
 
 /// The `pending` key of the cgroup `name` below `parent_id`; None for a name the kernel cannot

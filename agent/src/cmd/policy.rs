@@ -271,6 +271,7 @@ impl CompiledEntries {
             ("chmod_exec_bits", &switches.chmod_exec_bits),
             ("chmod_setid_bits", &switches.chmod_setid_bits),
             ("block_device_open", &switches.block_device_open),
+            ("userfaultfd", &switches.userfaultfd),
         ];
         let mount_types = entries
             .mount_types

@@ -64,7 +64,8 @@ pub fn admission_destinations(
             .collect();
         addresses.sort();
         addresses.dedup();
-        // A port without a number is every port; so is a slice without ports.
+        // A port without a number is every port. So is a slice without ports, as vArmor reads
+        // it: failing closed (ingress-nginx's slices always name the webhook's port).
         let ports = slice.ports.as_deref().unwrap_or_default();
         let mut ports: Vec<u16> = if ports.iter().any(|port| port.port.is_none()) {
             Vec::new()
@@ -72,7 +73,6 @@ pub fn admission_destinations(
             ports
                 .iter()
                 .filter_map(|port| port.port.and_then(|port| u16::try_from(port).ok()))
-                .filter(|port| *port != 0)
                 .collect()
         };
         ports.sort();

@@ -22,7 +22,10 @@ use std::{
     collections::HashMap,
     fmt::Debug,
     hash::Hash,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -78,6 +81,8 @@ pub struct Cluster {
     /// (admission.rs keeps those of ingress-nginx's).
     admission_services: Store<Service>,
     admission_slices: Store<EndpointSlice>,
+    /// Whether both have their first list.
+    admission_listed: Arc<AtomicBool>,
     models: Models<ClusterModels>,
     model_writer: JoinHandle<()>,
     observations: watch::Sender<Vec<Observed>>,
@@ -182,20 +187,32 @@ impl Cluster {
             .default_backoff(),
             "PalisadeClusterBehaviorModel",
             Watching::Nothing,
-            changed,
+            changed.clone(),
             unreconciled.clone(),
         );
+        // Not waited for: an agent that may not list them rejects only the policies that need
+        // them (the reflectors log why).
+        let admission_listed = Arc::new(AtomicBool::new(false));
+        tokio::spawn({
+            let (services, slices) = (admission_services.clone(), admission_slices.clone());
+            let (listed, changed) = (admission_listed.clone(), changed);
+            async move {
+                if services.wait_until_ready().await.is_ok()
+                    && slices.wait_until_ready().await.is_ok()
+                {
+                    listed.store(true, Ordering::Relaxed);
+                    let _ = changed.try_send(());
+                }
+            }
+        });
         info!(
             node,
-            "waiting for the first list of policies, pods, namespaces, models and the ingress-nginx \
-             admission Services"
+            "waiting for the first list of policies, pods, namespaces and models"
         );
         policies.wait_until_ready().await?;
         cluster_policies.wait_until_ready().await?;
         pods.wait_until_ready().await?;
         namespaces.wait_until_ready().await?;
-        admission_services.wait_until_ready().await?;
-        admission_slices.wait_until_ready().await?;
         namespaced_models.wait_until_ready().await?;
         cluster_models.wait_until_ready().await?;
         let (observations, receiver) = watch::channel(Vec::new());
@@ -214,6 +231,7 @@ impl Cluster {
             namespaces,
             admission_services,
             admission_slices,
+            admission_listed,
             models: Models::new(models),
             model_writer,
             observations,
@@ -245,10 +263,12 @@ impl Cluster {
                 .iter()
                 .map(|namespace| (namespace.name_any(), namespace.labels().clone()))
                 .collect(),
-            ingress_admission: admission_destinations(
-                &self.admission_services.state(),
-                &self.admission_slices.state(),
-            ),
+            ingress_admission: self.admission_listed.load(Ordering::Relaxed).then(|| {
+                admission_destinations(
+                    &self.admission_services.state(),
+                    &self.admission_slices.state(),
+                )
+            }),
         }
     }
 

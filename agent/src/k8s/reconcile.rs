@@ -123,8 +123,8 @@ pub struct Objects {
     pub pods: Vec<Arc<Pod>>,
     /// The labels of each namespace, by name.
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
-    /// Where the ingress-nginx admission webhook is.
-    pub ingress_admission: ServiceDestinations,
+    /// Where the ingress-nginx admission webhook is, once its Services are listed.
+    pub ingress_admission: Option<ServiceDestinations>,
 }
 
 /// What this node did with one policy.
@@ -156,7 +156,7 @@ impl PolicyReport {
 struct Compiled {
     uid: String,
     generation: i64,
-    /// The admission webhook's destinations, if the policy blocks them.
+    /// The admission webhook's destinations, if the policy blocks them and they were known.
     ingress_admission: Option<ServiceDestinations>,
     /// Which compilation this is, of all the reconciler made.
     revision: u64,
@@ -274,21 +274,21 @@ impl Reconciler {
         let mut reports: BTreeMap<PolicyKey, PolicyReport> = BTreeMap::new();
         self.compiled
             .retain(|key, _| objects.policies.iter().any(|policy| policy.key == *key));
-        self.environment.ingress_admission = Some(objects.ingress_admission.clone());
+        if self.environment.ingress_admission != objects.ingress_admission {
+            info!(destinations = ?objects.ingress_admission, "the ingress-nginx admission webhook");
+            self.environment.ingress_admission = objects.ingress_admission.clone();
+        }
         for policy in &objects.policies {
             // Only the policies that block the webhook are compiled again when it moves.
             let ingress_admission = lists_built_in(&policy.spec, INGRESS_NIGHTMARE_MITIGATION)
-                .then(|| objects.ingress_admission.clone());
-            let previous = self.compiled.get(&policy.key).filter(|compiled| {
-                compiled.uid == policy.uid && compiled.generation == policy.generation
+                .then(|| objects.ingress_admission.clone())
+                .flatten();
+            let current = self.compiled.get(&policy.key).is_some_and(|compiled| {
+                compiled.uid == policy.uid
+                    && compiled.generation == policy.generation
+                    && compiled.ingress_admission == ingress_admission
             });
-            if previous.is_none_or(|previous| previous.ingress_admission != ingress_admission) {
-                if previous.is_some() {
-                    info!(
-                        "{}: the ingress-nginx admission webhook is now at {:?}; compiling it again",
-                        policy.key, objects.ingress_admission
-                    );
-                }
+            if !current {
                 let result = self.compile(policy);
                 self.revisions += 1;
                 self.compiled.insert(

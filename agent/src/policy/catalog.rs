@@ -20,7 +20,8 @@ pub struct Environment {
     /// This machine's host name.
     pub node: String,
     /// Where the ingress-nginx admission webhook is, for ingress-nightmare-mitigation: known in
-    /// Kubernetes mode only (`None` elsewhere).
+    /// Kubernetes mode only, once the agent has listed its Services (`None` until then, and
+    /// elsewhere).
     pub ingress_admission: Option<ServiceDestinations>,
 }
 
@@ -43,7 +44,7 @@ pub struct ServiceDestinations {
 }
 
 /// Addresses of a Service's endpoints (an EndpointSlice's) and the ports they serve on.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Endpoints {
     pub addresses: Vec<String>,
     /// Empty: every port.
@@ -153,7 +154,9 @@ fn unhooked_sockets() -> Effect {
 /// No connect or datagram to `addresses` on `ports` (empty: every port), whatever the protocol.
 fn destinations<A: AsRef<str>>(addresses: &[A], ports: &[u16]) -> Result<Effect, String> {
     // An empty list would mean every address.
-    assert!(!addresses.is_empty(), "a destination rule names addresses");
+    if addresses.is_empty() {
+        return Err("no address to block".to_owned());
+    }
     Ok(Effect::Network {
         blocks: addresses
             .iter()
@@ -169,14 +172,14 @@ fn unreachable<A: AsRef<str>>(addresses: &[A]) -> Result<Vec<Effect>, String> {
     Ok(vec![destinations(addresses, &[])?, unhooked_sockets()])
 }
 
-/// `service` cannot be reached: its cluster IPs on any port, its endpoints on the ports they
+/// Services cannot be reached: their cluster IPs on any port, their endpoints on the ports they
 /// serve (a pod's other ports stay reachable), and no unhooked socket.
-fn service_unreachable(service: &ServiceDestinations) -> Result<Vec<Effect>, String> {
+fn services_unreachable(services: &ServiceDestinations) -> Result<Vec<Effect>, String> {
     let mut effects = Vec::new();
-    if !service.cluster_ips.is_empty() {
-        effects.push(destinations(&service.cluster_ips, &[])?);
+    if !services.cluster_ips.is_empty() {
+        effects.push(destinations(&services.cluster_ips, &[])?);
     }
-    for endpoints in &service.endpoints {
+    for endpoints in &services.endpoints {
         if !endpoints.addresses.is_empty() {
             effects.push(destinations(&endpoints.addresses, &endpoints.ports)?);
         }
@@ -218,13 +221,6 @@ pub fn runtime_default() -> Vec<Effect> {
     ]
 }
 
-const USERFAULTFD_INSTEAD: &str = "vArmor enforces this rule with seccomp, which Palisade does \
-    not load, and Palisade's kernel hooks do not decide creating a userfaultfd yet. Use \
-    disable-cap-sys-ptrace with the sysctl vm.unprivileged_userfaultfd at 0 (the default) and no \
-    /dev/userfaultfd in the container: without CAP_SYS_PTRACE a userfaultfd then handles faults \
-    in user memory only, not the kernel's copies exploits pause; or a seccomp profile that \
-    refuses userfaultfd (the pod's seccompProfile)";
-
 const DIRTY_PIPE_INSTEAD: &str = "vArmor enforces this rule with seccomp (refusing splice), \
     which Palisade does not load; no kernel hook tells the exploit's splice and pipe write from \
     ordinary ones. Use a kernel with the fix for CVE-2022-0847 (5.10.102, 5.15.25, 5.16.11 and \
@@ -259,6 +255,9 @@ pub fn effects(name: &str, env: &Environment) -> Option<Result<Vec<Effect>, Stri
         // Capabilities gained by entering a new user namespace are what the abuse needs.
         "disallow-abuse-user-ns" => vec![Effect::Switch(Switch::UsernsCapability)],
         "disallow-create-user-ns" => vec![Effect::Switch(Switch::UsernsCreate)],
+        // vArmor refuses the system call with seccomp; this refuses the file it makes, so
+        // /dev/userfaultfd's USERFAULTFD_IOC_NEW is refused too.
+        "disallow-userfaultfd-creation" => vec![Effect::Switch(Switch::Userfaultfd)],
         "disable-cap-all" => vec![Effect::Capabilities(ALL_CAPS)],
         "disable-cap-all-except-net-bind-service" => vec![Effect::Capabilities(
             ALL_CAPS & !caps(&["net_bind_service"]),
@@ -379,24 +378,24 @@ pub fn effects(name: &str, env: &Environment) -> Option<Result<Vec<Effect>, Stri
         INGRESS_NIGHTMARE_MITIGATION => {
             let result = match &env.ingress_admission {
                 None => Err(format!(
-                    "the addresses of the ingress-nginx admission webhook (Service {}) are known \
-                     only to the agent in Kubernetes mode, not with policy files",
+                    "the addresses of the ingress-nginx admission webhook (Service {}) are not \
+                     known: the agent in Kubernetes mode finds them once it can list those \
+                     Services (policy files cannot use this rule)",
                     ingress_admission_services("and")
                 )),
-                Some(service) if service.services.is_empty() => Err(format!(
+                Some(services) if services.services.is_empty() => Err(format!(
                     "neither Service {} exists: without the ingress-nginx admission webhook \
                      there is nothing to block (remove the rule, or install ingress-nginx first)",
                     ingress_admission_services("nor")
                 )),
-                Some(service) => service_unreachable(service),
+                Some(services) => services_unreachable(services),
             };
             match result {
                 Ok(effects) => effects,
                 Err(reason) => return Some(Err(reason)),
             }
         }
-        // vArmor enforces these two with seccomp only: a system call refused whatever it is for.
-        "disallow-userfaultfd-creation" => return Some(Err(USERFAULTFD_INSTEAD.to_owned())),
+        // vArmor enforces this one with seccomp only: a system call refused whatever it is for.
         "dirty-pipe-mitigation" => return Some(Err(DIRTY_PIPE_INSTEAD.to_owned())),
         other => {
             let cap = other.strip_prefix("disable-cap-")?;
@@ -515,7 +514,7 @@ mod tests {
 
     #[test]
     fn ingress_admission_without_addresses_blocks_no_address() {
-        // A headless Service whose pods are not ready: an empty list would mean every address.
+        // A headless Service without pods: an empty list would mean every address.
         let env = Environment {
             ingress_admission: Some(ServiceDestinations {
                 services: vec!["kube-system/ingress-nginx-controller-admission".into()],
@@ -539,10 +538,7 @@ mod tests {
         else {
             panic!()
         };
-        assert!(
-            offline.contains("only to the agent in Kubernetes mode"),
-            "{offline}"
-        );
+        assert!(offline.contains("are not known"), "{offline}");
         let absent = Environment {
             ingress_admission: Some(ServiceDestinations::default()),
             ..Environment::default()

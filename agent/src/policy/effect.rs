@@ -67,6 +67,7 @@ pub enum Switch {
     ChmodExecBits,
     ChmodSetidBits,
     BlockDeviceOpen,
+    Userfaultfd,
 }
 
 impl Switch {
@@ -83,6 +84,7 @@ impl Switch {
             Switch::ChmodExecBits => &mut policy.chmod_exec_bits,
             Switch::ChmodSetidBits => &mut policy.chmod_setid_bits,
             Switch::BlockDeviceOpen => &mut policy.block_device_open,
+            Switch::Userfaultfd => &mut policy.userfaultfd,
         }
     }
 }

@@ -978,7 +978,7 @@ mod tests {
         );
         assert_eq!(
             error("vulMitigationRules", "ingress-nightmare-mitigation"),
-            "p.yaml: spec.enhanceProtect.vulMitigationRules[0]: \"ingress-nightmare-mitigation\": the addresses of the ingress-nginx admission webhook (Service ingress-nginx/ingress-nginx-controller-admission and kube-system/ingress-nginx-controller-admission) are known only to the agent in Kubernetes mode, not with policy files"
+            "p.yaml: spec.enhanceProtect.vulMitigationRules[0]: \"ingress-nightmare-mitigation\": the addresses of the ingress-nginx admission webhook (Service ingress-nginx/ingress-nginx-controller-admission and kube-system/ingress-nginx-controller-admission) are not known: the agent in Kubernetes mode finds them once it can list those Services (policy files cannot use this rule)"
         );
         assert!(
             error("vulMitigationRules", "dirty-pipe-mitigation").starts_with(

@@ -5,7 +5,9 @@
 
 use std::net::IpAddr;
 
-use palisade_common::{HOOK_PATH_CHMOD, HOOK_SB_UMOUNT, HOOK_USERNS_CREATE, Verdict};
+use palisade_common::{
+    HOOK_INODE_INIT_SECURITY_ANON, HOOK_PATH_CHMOD, HOOK_SB_UMOUNT, HOOK_USERNS_CREATE, Verdict,
+};
 
 use super::{CompiledPolicy, catalog, permission_bit};
 use crate::bpf::{Subject, hook_named};
@@ -94,8 +96,11 @@ pub fn decide_event(policy: &CompiledPolicy, event: &serde_json::Value) -> Resul
                 number(&socket["protocol"], "socket.protocol")?,
             ))
         }
-        Subject::Switch if hook.number == HOOK_USERNS_CREATE => Ok(entries.switches.userns_create),
-        Subject::Switch => Ok(entries.switches.setsockopt_bpf),
+        Subject::Switch => Ok(match hook.number {
+            HOOK_USERNS_CREATE => entries.switches.userns_create,
+            HOOK_INODE_INIT_SECURITY_ANON => entries.switches.userfaultfd,
+            _ => entries.switches.setsockopt_bpf,
+        }),
         Subject::BpfCommand => match number(&event["arg"], "arg, the command")? {
             BPF_PROG_LOAD => Ok(entries.switches.bpf_prog_load),
             command => Err(format!(

@@ -10,7 +10,7 @@ const _: () = assert!(
     "LPM key data is at most 256 bytes"
 );
 const _: () = assert!(core::mem::size_of::<PathVerdict>() == 48);
-const _: () = assert!(core::mem::size_of::<Policy>() == 16 + 8 * (CAP_COUNT as usize + 13));
+const _: () = assert!(core::mem::size_of::<Policy>() == 16 + 8 * (CAP_COUNT as usize + 14));
 const _: () = assert!(core::mem::size_of::<ModelKey>() == 48 + MODEL_DATA_LEN as usize);
 const _: () = assert!(core::mem::size_of::<NetworkKeyData>() == 24);
 const _: () = assert!(core::mem::size_of::<Event>() == 408);

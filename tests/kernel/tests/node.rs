@@ -608,12 +608,14 @@ async fn modeled_pods_run_under_their_allowlist(
     apply(json!({
         "target": {"selector": {"matchLabels": {"app": "modeled"}}},
         "mode": "BehaviorModeling",
-        "behaviorModeling": {"duration": "20s"},
+        // Counted from the policy's start, not the pod's: a pod took 26 s to run its first
+        // command on a busy machine.
+        "behaviorModeling": {"duration": "45s"},
     }))
     .await;
     let modeled = ("modeled", "modeled");
     // A pod that leaves before the duration ends leaves an incomplete model: this one stays.
-    let staying = format!("{MODELED_WORKLOAD} && /bin/busybox sleep 45");
+    let staying = format!("{MODELED_WORKLOAD} && /bin/busybox sleep 60");
     let (phase, logs) = run_pod(client, node, ns, modeled, &staying).await;
     assert_eq!(phase, "Succeeded", "the modeled pod: {logs}");
     let models = Api::<PalisadeBehaviorModel>::namespaced(client.clone(), ns);

@@ -738,13 +738,13 @@ async fn ingress_nightmare_mitigation_follows_the_admission_webhook() {
         let ready = condition(&status, READY)?;
         (ready.reason == "Rejected").then(|| ready.message.clone())
     };
-    let message = eventually("web rejected", rejected).await;
-    assert!(
-        message.contains(&format!(
-            "neither Service ingress-nginx/{ADMISSION} nor kube-system/{ADMISSION} exists"
-        )),
-        "{message}"
-    );
+    // (Until the agent has listed the Services, the addresses are not known.)
+    let absent =
+        format!("neither Service ingress-nginx/{ADMISSION} nor kube-system/{ADMISSION} exists");
+    eventually("web rejected: no Service", async || {
+        rejected().await.filter(|message| message.contains(&absent))
+    })
+    .await;
     assert!(agent.enforced(web_id).is_none());
 
     // Installed: its cluster IP on every port, its endpoint on the webhook's port only.
@@ -758,6 +758,11 @@ async fn ingress_nightmare_mitigation_follows_the_admission_webhook() {
     assert!(denies(&policy, &cluster_ip, 443) && denies(&policy, &cluster_ip, 80));
     assert!(denies(&policy, "10.244.1.5", 8443));
     assert!(!denies(&policy, "10.244.1.5", 80) && !denies(&policy, "10.244.1.5", 443));
+    eventually("web accepted", async || {
+        let status = policies.get_status("web").await.ok()?.status?;
+        (condition(&status, READY)?.reason == "Accepted").then_some(())
+    })
+    .await;
     let generation = policies.get("web").await.unwrap().metadata.generation;
 
     // The webhook's pod moves: the same generation of the policy follows it.

@@ -7,6 +7,9 @@
 //! probe map-exec PATH            (mmap with PROT_EXEC)
 //! probe pty-peer                (a new pseudo-terminal, then its peer by TIOCGPTPEER)
 //! probe memfd                    (memfd_create, ftruncate, fchmod: a file with no path)
+//! probe userfaultfd              (userfaultfd(2), user-mode faults only)
+//! probe userfaultfd-dev DEVICE   (USERFAULTFD_IOC_NEW on DEVICE, the misc device
+//!                                /dev/userfaultfd)
 //! probe runtime PROCS COPY OP PATH ENTRYPOINT [ARGS...]
 //!                                (a container runtime, as runc 1.1: joins the cgroup whose
 //!                                cgroup.procs is PROCS, re-executes a copy of itself if COPY is
@@ -320,6 +323,35 @@ fn memfd() -> io::Result<()> {
     let file = unsafe { File::from_raw_fd(fd) };
     file.set_len(4096)?;
     file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+}
+
+/// A userfaultfd, as an exploit makes one to pause the kernel at a page fault: by the system call,
+/// or (`device`) by the misc device's ioctl.
+fn userfaultfd(device: Option<&str>) -> io::Result<()> {
+    // UFFD_USER_MODE_ONLY: what an unprivileged process may ask for.
+    const UFFD_USER_MODE_ONLY: libc::c_long = 1;
+    // _IO(0xAA, 0x00)
+    const USERFAULTFD_IOC_NEW: libc::c_ulong = 0xAA00;
+    let fd = match device {
+        // SAFETY: flags only.
+        None => fd(unsafe {
+            libc::syscall(
+                libc::SYS_userfaultfd,
+                libc::O_CLOEXEC as libc::c_long | UFFD_USER_MODE_ONLY,
+            )
+        })?,
+        Some(device) => {
+            let device = File::open(device)?;
+            // SAFETY: the ioctl takes its flags by value.
+            fd(
+                unsafe { libc::ioctl(device.as_raw_fd(), USERFAULTFD_IOC_NEW, libc::O_CLOEXEC) }
+                    .into(),
+            )?
+        }
+    };
+    // SAFETY: a descriptor this function owns from here on.
+    drop(unsafe { File::from_raw_fd(fd) });
+    Ok(())
 }
 
 /// `probe runtime`: what runc 1.1 does in a container's new cgroup, in short. A `procs` of `-`
@@ -1155,6 +1187,8 @@ fn main() -> ExitCode {
         ["read-by-handle", handle, mount] => report(read_by_handle(handle, mount)),
         ["read-by-xfs-handle", handle, mount] => report(read_by_xfs_handle(handle, mount)),
         ["memfd"] => report(memfd()),
+        ["userfaultfd"] => report(userfaultfd(None)),
+        ["userfaultfd-dev", device] => report(userfaultfd(Some(device))),
         ["runtime", procs, copy, op, path, entrypoint @ ..] if !entrypoint.is_empty() => {
             report(runtime(procs, copy, op, path, entrypoint))
         }

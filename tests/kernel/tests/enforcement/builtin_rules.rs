@@ -290,6 +290,38 @@ fn disallow_create_user_ns() {
     );
 }
 
+/// The misc device /dev/userfaultfd, made where the test can reach it (the VM's /dev may not
+/// have it): its minor number is in /proc/misc.
+fn userfaultfd_device() -> &'static str {
+    let path = "/tmp/userfaultfd";
+    let misc = std::fs::read_to_string("/proc/misc").unwrap();
+    let minor: u32 = misc
+        .lines()
+        .find_map(|line| line.trim().strip_suffix(" userfaultfd"))
+        .unwrap_or_else(|| panic!("no userfaultfd misc device: {misc}"))
+        .trim()
+        .parse()
+        .unwrap();
+    let _ = std::fs::remove_file(path);
+    sh(&format!("mknod {path} c 10 {minor}"));
+    path
+}
+
+#[test]
+fn disallow_userfaultfd_creation() {
+    let device = userfaultfd_device();
+    let mut kernel = Kernel::new();
+    let rule = "disallow-userfaultfd-creation";
+    let target = protect_with_rule(&mut kernel, HARDENING, rule);
+    for violation in [vec!["userfaultfd"], vec!["userfaultfd-dev", device]] {
+        let event = assert_denied_once(&mut kernel, &target, rule, &violation, libc::EPERM);
+        assert_eq!(event.naming.hook, "inode_init_security_anon");
+        assert_eq!(probe(None, &violation), Answer::Ok, "{violation:?} outside");
+    }
+    // The hook also labels io_uring's files: an io_uring stays allowed.
+    assert_allowed(&mut kernel, &target, &["read-io-uring", "/proc/version"]);
+}
+
 #[test]
 fn disable_cap_all() {
     rule_holds(
