@@ -98,7 +98,9 @@ typedef uint64_t __u64;
 #define PALISADE_STAT_MODEL_DROPPED 5
 /* A DefenseInDepth trial's event of an operation it had reported already: not sent. */
 #define PALISADE_STAT_EVENTS_REPEATED 6
-#define PALISADE_STAT_COUNT 7
+/* Opens of targets the open verdict cache decided without resolving their path. */
+#define PALISADE_STAT_OPENS_CACHED 7
+#define PALISADE_STAT_COUNT 8
 
 /* Capabilities a policy can name: bit i of a mask is capability i (CAP_LAST_CAP is 40 today). */
 #define PALISADE_CAP_COUNT 64
@@ -270,7 +272,11 @@ struct palisade_config {
 	__u64 audit_interval_ns;
 	__u64 audit_burst_ns;
 	__u32 measure_cost; /* 1: account the time decisions take in `hook_cost` */
-	__u32 reserved;
+	__u32 open_cache_epoch; /* a new value at each agent start: open_cache.h */
+	/* The addresses of the kernel's rename_lock and mount_lock (seqlock_t, from kallsyms) that
+	 * the open verdict cache follows; 0 when not found: every open then resolves its path. */
+	__u64 rename_lock;
+	__u64 mount_lock;
 };
 
 /* The global `gate`: whether `config` has any level in target_levels (targeted) and in

@@ -14,7 +14,7 @@
 #ifndef PALISADE_PATH_WALK_H
 #define PALISADE_PATH_WALK_H
 
-#include "path_match.h"
+#include "open_cache.h"
 
 /* Components followed at most; a deeper path is undecided (and counted). */
 #define WALK_MAX_STEPS 256
@@ -228,17 +228,26 @@ static __always_inline long walk_path(struct scratch *s, struct dentry *dentry,
 
 /*
  * Decides `perms` by the path rules on what a path resolver answered (see match_resolved) and by
- * `by_file`, what was decided without the path; reports the decision.
+ * `by_file`, what was decided without the path; reports the decision. An open the cache may
+ * answer (`open`: its key; NULL for anything else) that needs nothing, under a path that was
+ * resolved, is remembered for `inode`.
  */
 static __always_inline int decide_resolved(const struct subject *subject, struct scratch *s,
 					   long len, __u32 perms,
-					   const struct palisade_verdict *by_file, struct inode *inode)
+					   const struct palisade_verdict *by_file, struct inode *inode,
+					   const struct open_key *open)
 {
 	struct palisade_verdict d = {};
 	match_resolved(subject, s, len, perms, &d);
 	consider(&d, by_file->action, by_file->rule_id);
-	if (d.action == PALISADE_ACTION_NONE)
+	if (d.action == PALISADE_ACTION_NONE) {
+		/* A DefenseInDepth policy's default denials wait while its container is set up:
+		 * what that allows is not what the policy allows. */
+		if (open && len > 0 && len <= PATH_BUF_LEN &&
+		    !(subject->policy->defaults && in_runtime_setup()))
+			remember_open(inode, open, perms);
 		return 0;
+	}
 	return decide_path(&d, subject, s, inode, perms, 0);
 }
 
@@ -258,7 +267,7 @@ static __always_inline int check_dentry(struct dentry *dentry, struct vfsmount *
 	long len = walk_path(s, dentry, vfsmnt);
 	if (modeling(&subject))
 		record_file(&subject, s, len, perms);
-	return decide_resolved(&subject, s, len, perms, &by_file, NULL);
+	return decide_resolved(&subject, s, len, perms, &by_file, NULL, NULL);
 }
 
 /*
@@ -305,6 +314,15 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 			 subject.policy->block_device_open.rule_id);
 	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE && !modeling(&subject))
 		return 0;
+	/* Only the path can still decide an open the cache may answer. */
+	struct open_key key;
+	int cacheable = hook == PALISADE_HOOK_FILE_OPEN &&
+			by_file.action == PALISADE_ACTION_NONE && !modeling(&subject) &&
+			open_key(&key, &subject, file);
+	if (cacheable && open_needs_nothing(inode, &key, perms)) {
+		stat_inc(PALISADE_STAT_OPENS_CACHED);
+		return 0;
+	}
 	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);
 	len = without_deleted_suffix(s, file->f_path.dentry, len);
 	/* d_path also answers "/" for a file cut off from its mount, discarding the names it built
@@ -313,7 +331,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 		len = walk_path(s, file->f_path.dentry, file->f_path.mnt);
 	if (modeling(&subject))
 		record_file(&subject, s, len, perms);
-	return decide_resolved(&subject, s, len, perms, &by_file, inode);
+	return decide_resolved(&subject, s, len, perms, &by_file, inode, cacheable ? &key : NULL);
 }
 
 #endif

@@ -13,7 +13,7 @@ use aya::{
 };
 use palisade_common::{
     HookCost, RuleCount, RuleKey, STAT_EVENTS, STAT_EVENTS_DROPPED, STAT_EVENTS_REPEATED,
-    STAT_EVENTS_THROTTLED, STAT_MODEL_DROPPED, STAT_UNCOUNTED, STAT_UNDECIDED,
+    STAT_EVENTS_THROTTLED, STAT_MODEL_DROPPED, STAT_OPENS_CACHED, STAT_UNCOUNTED, STAT_UNDECIDED,
 };
 
 use super::{HOOKS, PolicyRegistry};
@@ -34,6 +34,8 @@ pub struct Stats {
     /// Behaviour records lost: the record map full, and the model not open (its overflow
     /// record missing).
     pub model_dropped: u64,
+    /// Opens of targets the open verdict cache answered without resolving their path.
+    pub opens_cached: u64,
 }
 
 /// The decisions of one rule of one policy in one hook, by action.
@@ -132,6 +134,7 @@ impl Counters {
             undecided: sum(STAT_UNDECIDED)?,
             uncounted: sum(STAT_UNCOUNTED)?,
             model_dropped: sum(STAT_MODEL_DROPPED)?,
+            opens_cached: sum(STAT_OPENS_CACHED)?,
         })
     }
 

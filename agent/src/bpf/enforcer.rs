@@ -19,6 +19,7 @@ use super::{
     counters::Counters,
     loader::Programs,
     records::{ModelRecords, Records},
+    seqlocks::SeqLocks,
     store::{PolicyMaps, PolicyStore, ProgramsBarrier},
     table::{Installed, LEVELS, Levels, Slot, TargetTable},
 };
@@ -118,6 +119,16 @@ impl Enforcer {
             targets: pinned.target_levels,
             enforced: pinned.enforced_levels,
         };
+        let seqlocks = SeqLocks::find().unwrap_or_else(|err| {
+            warn!(%err, "reading /proc/kallsyms");
+            None
+        });
+        if seqlocks.is_none() {
+            warn!(
+                "rename_lock and mount_lock are not in /proc/kallsyms: the open verdict cache is \
+                 off, every open in a target with path rules resolves its path"
+            );
+        }
         let mut enforcer = Self {
             programs,
             sizes: *sizes,
@@ -126,6 +137,10 @@ impl Enforcer {
                 protected_pid: std::process::id().into(),
                 target_levels: adopted_levels.targets,
                 enforced_levels: adopted_levels.enforced,
+                // The pinned cache's slots name policy ids this agent may give again.
+                open_cache_epoch: pinned.open_cache_epoch.wrapping_add(1),
+                rename_lock: seqlocks.map_or(0, |locks| locks.rename_lock),
+                mount_lock: seqlocks.map_or(0, |locks| locks.mount_lock),
                 ..Config::default()
             },
             gate,

@@ -93,6 +93,7 @@ maps! {
     }
     kernel_only {
         audit_buckets,
+        open_verdicts,
         reported,
         runtime_setup,
         scratch_space,

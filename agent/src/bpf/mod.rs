@@ -14,6 +14,7 @@ mod preflight;
 mod protected;
 mod records;
 mod registry;
+mod seqlocks;
 mod sizes;
 mod store;
 mod table;

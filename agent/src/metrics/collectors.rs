@@ -179,6 +179,11 @@ impl Collector for KernelCollector {
                 snapshot.stats.model_dropped,
             ),
             (
+                "opens_cached",
+                "Opens of targets the open verdict cache answered without resolving their path",
+                snapshot.stats.opens_cached,
+            ),
+            (
                 "events_written",
                 "Audit events the agent wrote to its sinks (each sink counts what it failed to \
                  deliver)",

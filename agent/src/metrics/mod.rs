@@ -247,6 +247,7 @@ mod tests {
                 undecided: 1,
                 uncounted: 0,
                 model_dropped: 0,
+                opens_cached: 11,
             },
             targets: 4,
             agent_events: AgentEventCounts {
@@ -309,6 +310,7 @@ mod tests {
         assert_eq!(value("palisade_events_throttled_total"), 5.0);
         assert_eq!(value("palisade_events_repeated_total"), 2.0);
         assert_eq!(value("palisade_undecided_total"), 1.0);
+        assert_eq!(value("palisade_opens_cached_total"), 11.0);
         assert_eq!(value("palisade_events_written_total"), 9.0);
         assert_eq!(value("palisade_events_overflowed_total"), 3.0);
         assert_eq!(value("palisade_events_undecodable_total"), 1.0);

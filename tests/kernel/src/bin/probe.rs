@@ -1208,6 +1208,18 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        // Reads `outside`, then chroots to `root` and reads `inside` (the same file, named from
+        // the new root).
+        ["read-then-chrooted", outside, root, inside] => match open("read", outside)
+            .and_then(|()| std::os::unix::fs::chroot(root))
+            .and_then(|()| std::env::set_current_dir("/"))
+        {
+            Ok(()) => report(open("read", inside)),
+            Err(err) => {
+                println!("setup errno {}", err.raw_os_error().unwrap_or(-1));
+                ExitCode::FAILURE
+            }
+        },
         ["read-io-uring", path] => report(read_io_uring(path)),
         ["dump-core"] => {
             let unlimited = libc::rlimit {

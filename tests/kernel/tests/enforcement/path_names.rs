@@ -1,11 +1,27 @@
 //! A path rule is decided by the name the opener's kernel resolves at the moment of the open:
 //! after a rename of an ancestor directory, through a second mount of the same directory, in
-//! another mount namespace, and on the first open after a policy update. Each test opens the same
-//! file under one answer first, then checks the other: a verdict remembered per file (issue 29's
-//! cache) that missed a change of name, mount or policy fails it.
+//! another mount namespace, under another root, and on the first open after a policy update. Each
+//! test opens the same file under one answer first, then checks the other: the open verdict
+//! cache (ebpf/programs/open_cache.h), had it missed a change of name, mount, root or policy,
+//! would fail it.
 
 use palisade_agent::targets::Cgroup;
 use palisade_kernel_tests::{Answer, EPERM, Kernel, deny_read, file, policy, probe, sh};
+
+#[test]
+fn an_allowed_file_opened_again_is_answered_by_the_cache() {
+    let mut kernel = Kernel::new();
+    let target = denying_under(&mut kernel, "cached", "/tmp/cached/secret");
+    let public = file("/tmp/cached/public/file");
+    assert_eq!(probe(Some(&target), &["read", public]), Answer::Ok);
+    let before = kernel.enforcer().stats().unwrap().opens_cached;
+    assert_eq!(probe(Some(&target), &["read", public]), Answer::Ok);
+    let after = kernel.enforcer().stats().unwrap().opens_cached;
+    assert!(
+        after > before,
+        "no open of the second read was answered by the cache ({before} before, {after} after)"
+    );
+}
 
 /// A fresh target `name` whose policy denies reading anything under the directory `denied`.
 fn denying_under(kernel: &mut Kernel, name: &str, denied: &str) -> Cgroup {
@@ -130,4 +146,28 @@ fn a_policy_update_that_denies_an_allowed_file_holds_from_the_next_open() {
     );
     kernel.apply(&target, allowing);
     assert_eq!(read(&mut kernel, &target, read_file), (Answer::Ok, vec![]));
+}
+
+#[test]
+fn a_file_read_again_after_a_chroot_is_decided_by_its_name_under_the_new_root() {
+    let mut kernel = Kernel::new();
+    // Outside the root /tmp/chrooted, the file is /tmp/chrooted/secret/file, which no rule
+    // names; under it, /secret/file.
+    let target = denying_under(&mut kernel, "chrooted", "/secret");
+    let outside = file("/tmp/chrooted/secret/file");
+    let chrooted = [
+        "read-then-chrooted",
+        outside,
+        "/tmp/chrooted",
+        "/secret/file",
+    ];
+    kernel.events();
+    assert_eq!(probe(Some(&target), &chrooted), EPERM);
+    let reported: Vec<String> = kernel
+        .events()
+        .into_iter()
+        .map(|event| event.path)
+        .collect();
+    assert_eq!(reported, ["/secret/file"]);
+    assert_eq!(probe(None, &chrooted), Answer::Ok);
 }
