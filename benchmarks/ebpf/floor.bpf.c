@@ -14,6 +14,7 @@
 	}
 
 EMPTY(file_open)
+EMPTY(d_instantiate)
 EMPTY(file_receive)
 EMPTY(bprm_check_security)
 EMPTY(mmap_file)

@@ -103,7 +103,16 @@ struct path {
 	struct dentry *dentry;
 };
 
+struct seqcount {
+	unsigned sequence;
+};
+
+struct seqcount_spinlock {
+	struct seqcount seqcount;
+};
+
 struct fs_struct {
+	struct seqcount_spinlock seq; /* odd while root or pwd is changed */
 	struct path root;
 };
 

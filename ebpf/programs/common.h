@@ -300,6 +300,9 @@ struct subject {
 	__u32 target_level;
 	__u64 target_cgroup_id;
 	struct palisade_target *target;
+	/* The target's policy id, read once: the agent repoints a target in place, and every part
+	 * of one decision must be of the same policy. */
+	__u32 policy_id;
 	struct palisade_policy *policy;
 	struct palisade_config *config;
 	__u64 started_ns; /* when decisions are timed: when this one found its policy */
@@ -335,7 +338,8 @@ static __always_inline int find_subject(struct subject *subject)
 					 &subject->target_level);
 	if (!subject->target)
 		return 0;
-	subject->policy = bpf_map_lookup_elem(&policies, &subject->target->policy_id);
+	subject->policy_id = subject->target->policy_id;
+	subject->policy = bpf_map_lookup_elem(&policies, &subject->policy_id);
 	if (!subject->policy || (subject->policy->flags & PALISADE_POLICY_ALWAYS_ALLOW))
 		return 0;
 	if (subject->config->measure_cost)
@@ -395,7 +399,7 @@ static __always_inline struct palisade_rule_count *count_decision(const struct p
 								  const struct subject *subject)
 {
 	struct palisade_rule_key key =
-		rule_key(subject->target->policy_id, d->rule_id, subject->hook, d->action);
+		rule_key(subject->policy_id, d->rule_id, subject->hook, d->action);
 	struct palisade_rule_count *count = bpf_map_lookup_elem(&rule_counts, &key);
 	if (!count) {
 		struct palisade_rule_count zero = {};
@@ -423,7 +427,7 @@ static __always_inline struct palisade_bucket_key bucket_key(__u32 rule_id,
 							     const struct subject *subject)
 {
 	return (struct palisade_bucket_key){
-		.policy_id = subject->target->policy_id,
+		.policy_id = subject->policy_id,
 		.rule_id = rule_id,
 	};
 }
@@ -506,7 +510,7 @@ static __always_inline struct palisade_event *record(const struct palisade_verdi
 	e->hook = subject->hook;
 	e->action = d->action;
 	e->rule_id = d->rule_id;
-	e->policy_id = subject->target->policy_id;
+	e->policy_id = subject->policy_id;
 	e->error = verdict_error(d);
 	e->suppressed = suppressed;
 	e->once = once;
@@ -562,7 +566,7 @@ static __always_inline int first_report(struct palisade_event *e, const struct s
 		return 0;
 	}
 	if (!audit_allowed(e->rule_id, subject, &e->suppressed)) {
-		struct palisade_rule_key rule = rule_key(subject->target->policy_id, e->rule_id,
+		struct palisade_rule_key rule = rule_key(subject->policy_id, e->rule_id,
 							 subject->hook, e->action);
 		count_throttled(bpf_map_lookup_elem(&rule_counts, &rule));
 		return 0;

@@ -20,7 +20,7 @@ static __always_inline int check_exec_name(struct linux_binprm *bprm)
 	if (len <= 1 || s->path[0] != '/')
 		return 0; /* relative names and fds: the resolved file was checked */
 	struct palisade_verdict d = {};
-	match_path(subject.target, s, len, PALISADE_PERM_EXEC, &d);
+	match_path(subject.policy_id, s, len, PALISADE_PERM_EXEC, &d);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
 	return decide_path(&d, &subject, s, bprm->file->f_inode, PALISADE_PERM_EXEC, 0);

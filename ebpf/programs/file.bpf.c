@@ -49,6 +49,18 @@ int TARGET_HOOK(file_open, struct file *file, int ret)
 }
 
 /*
+ * A new dentry of an inode (a lookup, a link, a file handle decoded): the open verdict cache
+ * forgets the inode's open (open_cache.h). Nothing is decided here.
+ */
+SEC("lsm/d_instantiate")
+int BPF_PROG(d_instantiate, struct dentry *dentry, struct inode *inode)
+{
+	if (!nothing_targeted() && inode)
+		forget_opens(inode);
+	return 0;
+}
+
+/*
  * A file passed to the task already open (SCM_RIGHTS, pidfd_getfd, seccomp's addfd): decided as
  * if the task had opened it with the same access.
  */

@@ -16,7 +16,7 @@ mount_type_rule(const struct subject *subject, const __u8 fs_type[PALISADE_FS_TY
 {
 	if (!(subject->policy->lookups & PALISADE_LOOKUP_MOUNT_TYPES))
 		return NULL;
-	struct palisade_mount_type_key key = { .policy_id = subject->target->policy_id };
+	struct palisade_mount_type_key key = { .policy_id = subject->policy_id };
 	__builtin_memcpy(key.fs_type, fs_type, PALISADE_FS_TYPE_LEN);
 	return bpf_map_lookup_elem(&mount_types, &key);
 }

@@ -44,7 +44,7 @@ int TARGET_HOOK(socket_create, int family, int type, int protocol, int kern, int
 	if (!(subject.policy->lookups & PALISADE_LOOKUP_SOCKETS))
 		return 0;
 	struct palisade_socket_key key = {
-		.policy_id = subject.target->policy_id,
+		.policy_id = subject.policy_id,
 		.family = family,
 		.protocol = real_protocol,
 	};
@@ -102,7 +102,7 @@ static __always_inline int check_destination(__u32 hook, struct socket *sock, vo
 				  address))
 		return 0;
 	struct palisade_network_key key = { .prefixlen = PALISADE_NETWORK_FIXED_BITS + 128,
-					    .data = { .policy_id = subject.target->policy_id } };
+					    .data = { .policy_id = subject.policy_id } };
 	if (sa.sin6_family == AF_INET) {
 		struct sockaddr_in *in = (struct sockaddr_in *)&sa;
 		key.data.addr[10] = 0xff;
@@ -217,7 +217,7 @@ int TARGET_HOOK(unix_stream_connect, struct sock *sock, struct sock *other, stru
 	if (modeling(&subject))
 		record_file(&subject, s, len, PALISADE_PERM_CONNECT);
 	struct palisade_verdict d = {};
-	__u32 allowed = match_path(subject.target, s, len, PALISADE_PERM_CONNECT, &d);
+	__u32 allowed = match_path(subject.policy_id, s, len, PALISADE_PERM_CONNECT, &d);
 	deny_by_default(&d, &subject, PALISADE_PERM_CONNECT & ~allowed);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;

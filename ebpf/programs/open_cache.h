@@ -1,69 +1,96 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * The open verdict cache: per inode, the permissions a target's open of the file was decided to
- * need nothing for (no denial, no report, not modeled), so that the next such open skips
- * resolving the path and matching it. A slot holds while nothing its path is made of can have
- * changed:
- * - the mount and dentry the file was opened through (another mount, namespace or hard link is
- *   another dentry or mount);
+ * The open verdict cache: the permissions a target's open of a file was decided to need nothing
+ * for (no denial, no report, not modeled), so that the next such open skips resolving the path
+ * and matching it. A slot holds while nothing the path is made of can have changed:
+ * - the inode (address, number, device), and the mount and dentry it was opened through: another
+ *   mount or namespace is another mount, another name another dentry. A new dentry of the inode
+ *   (a lookup, a link, a file handle decoded: lsm/d_instantiate) empties its slot, so that a
+ *   dentry freed and its memory reused for another name of the inode is not taken for the old;
  * - the opener's root (chroot), also by its inode (a root dentry freed and its memory reused for
  *   another directory's is not the same root);
  * - the kernel's rename_lock, whose sequence every dentry move advances (rename, exchange, a
  *   directory alias spliced in, a mount on a dentry), and mount_lock, advanced by every change of
- *   the mount tree: d_path reads the same two to know that the path it built is whole;
+ *   the mount tree: d_path reads the same two to know that the path it built is whole. Both are
+ *   32 bits: a slot older than OPEN_SLOT_LIFETIME_NS is not used, long before a sequence could
+ *   come round to its value again;
  * - the policy id (a policy's rules never change under its id) and the agent's epoch (ids start
  *   again when an agent starts with no policy, the pinned cache keeping its slots).
- * A slot is written under its own sequence (odd while written; a writer that finds it odd or
- * loses the race to make it odd leaves the slot alone), and read twice around the comparison, so
- * that a slot read while written is a miss. Slots live and die with their inodes (inode
- * storage): the cache is bounded by the kernel's inode cache, and an evicted inode starts empty.
+ * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its number and device: its
+ * memory is fixed at load, whatever the targets open. A slot is written under its own sequence
+ * (odd while written; a writer that finds it odd or loses the race to make it odd leaves the
+ * slot alone), and read twice around the comparison, so that a slot read while written is a
+ * miss.
  */
 #ifndef PALISADE_OPEN_CACHE_H
 #define PALISADE_OPEN_CACHE_H
 
 #include "path_match.h"
 
+#define OPEN_SLOT_BITS 14
+#define OPEN_SLOTS (1u << OPEN_SLOT_BITS)
+
+/* rename_lock advances by 2 per dentry move: coming round takes 2^31 moves, over half an hour
+ * at a million renames a second. */
+#define OPEN_SLOT_LIFETIME_NS (10ull * 1000 * 1000 * 1000)
+
 /* What an open's path is made of. Kernel pointers are compared, never followed. */
 struct open_key {
+	__u64 inode;
+	__u64 ino;
 	__u64 file_mnt;
 	__u64 file_dentry;
 	__u64 root_mnt;
 	__u64 root_dentry;
 	__u64 root_ino;
+	__u32 dev;
 	__u32 renames; /* rename_lock's sequence */
 	__u32 mounts;  /* mount_lock's sequence */
 	__u32 policy_id;
 	__u32 epoch;
+	/* Not compared: the opener's fs_struct sequence, which must not change (a chroot) between
+	 * the key and the slot's write. */
+	__u32 root_sequence;
 };
 
 struct open_slot {
 	__u64 sequence; /* odd while written */
+	__u64 written_ns;
 	struct open_key key;
 	__u32 perms; /* PALISADE_PERM_* that need nothing */
 	__u32 unused;
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_INODE_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, OPEN_SLOTS);
+	__type(key, __u32);
 	__type(value, struct open_slot);
 } open_verdicts SEC(".maps");
 
 /* The sequence of a kernel seqlock at `address` (its first word): odd while it is written, and
- * when the address is unknown. */
+ * when it cannot be read. */
 static __always_inline __u32 seqlock_sequence(__u64 address)
 {
-	__u32 sequence = 1;
-	if (address)
-		bpf_probe_read_kernel(&sequence, sizeof(sequence), (const void *)address);
+	__u32 sequence;
+	if (!address || bpf_probe_read_kernel(&sequence, sizeof(sequence), (const void *)address))
+		return 1;
 	return sequence;
+}
+
+/* The slot of `inode` (NULL never in practice). */
+static __always_inline struct open_slot *open_slot(struct inode *inode)
+{
+	__u64 ino = inode->i_ino;
+	__u64 dev = inode->i_sb->s_dev;
+	__u32 index = ((ino ^ (dev << 32)) * 0x9e3779b97f4a7c15ull) >> (64 - OPEN_SLOT_BITS);
+	return bpf_map_lookup_elem(&open_verdicts, &index);
 }
 
 /*
  * Fills `key` for the current task's open of `file` under `subject`'s policy, before the path is
  * resolved (a rename or mount that starts later changes the sequences the slot is stored under);
- * false while a name or mount is changing, or when the seqlocks were not found.
+ * false while a name, mount or the task's root is changing, or when the seqlocks were not found.
  */
 static __always_inline int open_key(struct open_key *key, const struct subject *subject,
 				    struct file *file)
@@ -71,66 +98,85 @@ static __always_inline int open_key(struct open_key *key, const struct subject *
 	const struct palisade_config *cfg = subject->config;
 	key->renames = seqlock_sequence(cfg->rename_lock);
 	key->mounts = seqlock_sequence(cfg->mount_lock);
-	if ((key->renames | key->mounts) & 1)
-		return 0;
 	/* Direct loads through the task's BTF pointer: no helper call on the path of a hit. */
-	struct path root = bpf_get_current_task_btf()->fs->root;
+	struct fs_struct *fs = bpf_get_current_task_btf()->fs;
+	key->root_sequence = fs->seq.seqcount.sequence;
+	if ((key->renames | key->mounts | key->root_sequence) & 1)
+		return 0;
+	struct inode *inode = file->f_inode;
+	key->inode = (__u64)inode;
+	key->ino = inode->i_ino;
+	key->dev = inode->i_sb->s_dev;
 	key->file_mnt = (__u64)file->f_path.mnt;
 	key->file_dentry = (__u64)file->f_path.dentry;
+	struct path root = fs->root;
 	key->root_mnt = (__u64)root.mnt;
 	key->root_dentry = (__u64)root.dentry;
 	key->root_ino = root.dentry->d_inode->i_ino;
-	key->policy_id = subject->target->policy_id;
+	key->policy_id = subject->policy_id;
 	key->epoch = cfg->open_cache_epoch;
-	return 1;
+	/* The root read whole. */
+	return fs->seq.seqcount.sequence == key->root_sequence;
 }
 
 static __always_inline int same_open(const struct open_key *a, const struct open_key *b)
 {
-	return a->file_mnt == b->file_mnt && a->file_dentry == b->file_dentry &&
+	return a->inode == b->inode && a->ino == b->ino && a->dev == b->dev &&
+	       a->file_mnt == b->file_mnt && a->file_dentry == b->file_dentry &&
 	       a->root_mnt == b->root_mnt && a->root_dentry == b->root_dentry &&
 	       a->root_ino == b->root_ino && a->renames == b->renames && a->mounts == b->mounts &&
 	       a->policy_id == b->policy_id && a->epoch == b->epoch;
 }
 
-/* Whether `inode`'s slot says the open `key` needs nothing for `perms`. */
+/* Whether the cache says the open `key` of `inode` needs nothing for `perms`. */
 static __always_inline int open_needs_nothing(struct inode *inode, const struct open_key *key,
 					      __u32 perms)
 {
-	struct open_slot *slot = bpf_inode_storage_get(&open_verdicts, inode, 0, 0);
+	struct open_slot *slot = open_slot(inode);
 	if (!slot)
 		return 0;
 	/* Atomic reads: ordered before and after the comparison on every architecture. */
 	__u64 sequence = __sync_fetch_and_add(&slot->sequence, 0);
 	if (sequence & 1)
 		return 0;
-	int hit = (slot->perms & perms) == perms && same_open(&slot->key, key);
+	int hit = (slot->perms & perms) == perms && same_open(&slot->key, key) &&
+		  bpf_ktime_get_ns() - slot->written_ns < OPEN_SLOT_LIFETIME_NS;
 	return hit && __sync_fetch_and_add(&slot->sequence, 0) == sequence;
 }
 
-/* Records in `inode`'s slot that the open `key` needs nothing for `perms`; a slot of another
- * open is replaced. The current task's root must still be the key's (a thread sharing it may
+/* Records that the open `key` of `inode` needs nothing for `perms`; a slot of another open is
+ * replaced. Not while the opener's root changed since the key was read (a thread sharing it may
  * have changed it while the path was resolved). */
 static __always_inline void remember_open(struct inode *inode, const struct open_key *key,
 					  __u32 perms)
 {
-	struct path root = bpf_get_current_task_btf()->fs->root;
-	if ((__u64)root.mnt != key->root_mnt || (__u64)root.dentry != key->root_dentry)
+	if (bpf_get_current_task_btf()->fs->seq.seqcount.sequence != key->root_sequence)
 		return;
-	struct open_slot *slot =
-		bpf_inode_storage_get(&open_verdicts, inode, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct open_slot *slot = open_slot(inode);
 	if (!slot)
 		return;
 	__u64 sequence = slot->sequence;
 	if ((sequence & 1) ||
 	    __sync_val_compare_and_swap(&slot->sequence, sequence, sequence + 1) != sequence)
 		return;
-	if (!same_open(&slot->key, key)) {
+	__u64 now = bpf_ktime_get_ns();
+	if (!same_open(&slot->key, key) || now - slot->written_ns >= OPEN_SLOT_LIFETIME_NS) {
 		slot->key = *key;
 		slot->perms = 0;
+		slot->written_ns = now;
 	}
 	slot->perms |= perms;
 	__sync_fetch_and_add(&slot->sequence, 1);
+}
+
+/* A new dentry of `inode`: its slot, if it holds one of the inode's opens, names a dentry that
+ * may be gone, whose memory the new one may reuse under another name. A plain store suffices: no
+ * open through the new dentry can start before it is instantiated. */
+static __always_inline void forget_opens(struct inode *inode)
+{
+	struct open_slot *slot = open_slot(inode);
+	if (slot && slot->key.inode == (__u64)inode)
+		*(volatile __u64 *)&slot->key.inode = 0;
 }
 
 #endif

@@ -56,12 +56,12 @@ __noinline __u32 match_globs(__u32 chars, __u64 candidates, __u32 perms,
 
 /* Decides `perms` on the path of `len` bytes (with its NUL) in s->path; returns the permissions
  * of `perms` an allow rule covers. */
-static __always_inline __u32 match_path(const struct palisade_target *target, struct scratch *s,
+static __always_inline __u32 match_path(__u32 policy_id, struct scratch *s,
 					long len, __u32 perms, struct palisade_verdict *d)
 {
 	struct palisade_trie_key *key = &s->key;
 	__u32 n = len > PALISADE_KEY_PATH_LEN ? PALISADE_KEY_PATH_LEN : len;
-	key->data.policy_id = target->policy_id;
+	key->data.policy_id = policy_id;
 	key->prefixlen = PALISADE_TRIE_FIXED_BITS + n * 8;
 	__builtin_memcpy(key->data.path, s->path, sizeof(key->data.path));
 	struct palisade_path_verdict *prefix = bpf_map_lookup_elem(&path_prefixes, key);
@@ -135,7 +135,7 @@ static __always_inline void match_resolved(const struct subject *subject, struct
 	}
 	if (!has_paths(subject))
 		return;
-	__u32 allowed = match_path(subject->target, s, len, perms, d);
+	__u32 allowed = match_path(subject->policy_id, s, len, perms, d);
 	if (s->path[0] == '/')
 		deny_by_default(d, subject, perms & ~allowed);
 }

@@ -326,9 +326,13 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);
 	len = without_deleted_suffix(s, file->f_path.dentry, len);
 	/* d_path also answers "/" for a file cut off from its mount, discarding the names it built
-	 * (prepend_path returns 3, which d_path ignores): the walk tells that from a real root. */
-	if (len == 2)
+	 * (prepend_path returns 3, which d_path ignores): the walk tells that from a real root. The
+	 * mount it may place the file under depends on the task's mount namespace, which the
+	 * cache's key does not hold. */
+	if (len == 2) {
 		len = walk_path(s, file->f_path.dentry, file->f_path.mnt);
+		cacheable = 0;
+	}
 	if (modeling(&subject))
 		record_file(&subject, s, len, perms);
 	return decide_resolved(&subject, s, len, perms, &by_file, inode, cacheable ? &key : NULL);

@@ -119,16 +119,14 @@ impl Enforcer {
             targets: pinned.target_levels,
             enforced: pinned.enforced_levels,
         };
-        let seqlocks = SeqLocks::find().unwrap_or_else(|err| {
-            warn!(%err, "reading /proc/kallsyms");
-            None
-        });
-        if seqlocks.is_none() {
-            warn!(
-                "rename_lock and mount_lock are not in /proc/kallsyms: the open verdict cache is \
-                 off, every open in a target with path rules resolves its path"
-            );
-        }
+        let seqlocks = SeqLocks::find()
+            .inspect_err(|err| {
+                warn!(
+                    "the open verdict cache is off ({err}): every open in a target with path \
+                     rules resolves its path"
+                );
+            })
+            .ok();
         let mut enforcer = Self {
             programs,
             sizes: *sizes,
@@ -545,6 +543,11 @@ impl Enforcer {
         let Levels { targets, enforced } = self.table.levels();
         if (targets, enforced) == (self.config.target_levels, self.config.enforced_levels) {
             return Ok(());
+        }
+        if self.config.target_levels == 0 {
+            // While nothing was targeted, lsm/d_instantiate did not keep the open verdict cache:
+            // its slots are not to be used again.
+            self.config.open_cache_epoch = self.config.open_cache_epoch.wrapping_add(1);
         }
         self.config.target_levels = targets;
         self.config.enforced_levels = enforced;

@@ -103,6 +103,7 @@ maps! {
 /// The LSM programs of the object, each named after the hook it attaches to.
 pub const PROGRAMS: &[&str] = &[
     "file_open",
+    "d_instantiate",
     "file_receive",
     "bprm_check_security",
     "mmap_file",

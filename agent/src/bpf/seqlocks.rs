@@ -11,38 +11,56 @@ pub struct SeqLocks {
     pub mount_lock: u64,
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum SeqLocksError {
+    #[error("reading /proc/kallsyms: {0}")]
+    Read(#[from] io::Error),
+    #[error("/proc/kallsyms does not list {0}")]
+    Missing(&'static str),
+    #[error("/proc/kallsyms lists {0} more than once")]
+    Ambiguous(&'static str),
+    #[error(
+        "/proc/kallsyms hides kernel addresses from the agent (it needs CAP_SYSLOG, and \
+         kernel.kptr_restrict below 2)"
+    )]
+    Hidden,
+}
+
 impl SeqLocks {
-    /// From /proc/kallsyms; `None` when either is not listed, or listed at 0 (addresses hidden
-    /// from this process).
-    pub fn find() -> io::Result<Option<Self>> {
+    pub fn find() -> Result<Self, SeqLocksError> {
         Self::parse(io::BufReader::new(std::fs::File::open("/proc/kallsyms")?))
     }
 
-    fn parse(kallsyms: impl BufRead) -> io::Result<Option<Self>> {
-        let (mut rename_lock, mut mount_lock) = (None, None);
+    fn parse(kallsyms: impl BufRead) -> Result<Self, SeqLocksError> {
+        const NAMES: [&str; 2] = ["rename_lock", "mount_lock"];
+        let mut found = [None; 2];
         for line in kallsyms.lines() {
             let line = line?;
-            // "ADDRESS TYPE NAME", and "[MODULE]" after a module's symbols.
+            // "ADDRESS TYPE NAME": the kernel's own data; a module's symbols end in "[MODULE]".
             let mut fields = line.split_ascii_whitespace();
             let (Some(address), Some("D" | "d" | "B" | "b"), Some(name), None) =
                 (fields.next(), fields.next(), fields.next(), fields.next())
             else {
                 continue;
             };
-            let found = match name {
-                "rename_lock" => &mut rename_lock,
-                "mount_lock" => &mut mount_lock,
-                _ => continue,
+            let Some(index) = NAMES.iter().position(|wanted| *wanted == name) else {
+                continue;
             };
-            *found = u64::from_str_radix(address, 16).ok().filter(|&at| at != 0);
-            if let (Some(rename_lock), Some(mount_lock)) = (rename_lock, mount_lock) {
-                return Ok(Some(Self {
-                    rename_lock,
-                    mount_lock,
-                }));
+            if found[index].is_some() {
+                return Err(SeqLocksError::Ambiguous(NAMES[index]));
             }
+            found[index] = Some(u64::from_str_radix(address, 16).unwrap_or(0));
         }
-        Ok(None)
+        let [rename_lock, mount_lock] = found;
+        let rename_lock = rename_lock.ok_or(SeqLocksError::Missing(NAMES[0]))?;
+        let mount_lock = mount_lock.ok_or(SeqLocksError::Missing(NAMES[1]))?;
+        if rename_lock == 0 || mount_lock == 0 {
+            return Err(SeqLocksError::Hidden);
+        }
+        Ok(Self {
+            rename_lock,
+            mount_lock,
+        })
     }
 }
 
@@ -50,8 +68,11 @@ impl SeqLocks {
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Option<SeqLocks> {
-        SeqLocks::parse(text.as_bytes()).unwrap()
+    fn parse(text: &str) -> String {
+        match SeqLocks::parse(text.as_bytes()) {
+            Ok(locks) => format!("{:x} {:x}", locks.rename_lock, locks.mount_lock),
+            Err(err) => err.to_string(),
+        }
     }
 
     #[test]
@@ -61,25 +82,25 @@ mod tests {
                     ffffffff82a1c0c0 t rename_lock_helper\n\
                     ffffffffc0001000 d mount_lock\t[some_module]\n\
                     ffffffff82a21f80 D mount_lock\n";
-        assert_eq!(
-            parse(text),
-            Some(SeqLocks {
-                rename_lock: 0xffff_ffff_82a1_c040,
-                mount_lock: 0xffff_ffff_82a2_1f80,
-            })
-        );
+        assert_eq!(parse(text), "ffffffff82a1c040 ffffffff82a21f80");
     }
 
     #[test]
-    fn hidden_or_missing_addresses_give_none() {
+    fn missing_hidden_or_repeated_symbols_are_refused() {
         assert_eq!(
-            parse("0000000000000000 D rename_lock\n0000000000000000 D mount_lock\n"),
-            None
+            parse("ffffffff82a1c040 D rename_lock\nffffffff82a1c040 T mount_lock\n"),
+            "/proc/kallsyms does not list mount_lock"
         );
-        assert_eq!(parse("ffffffff82a1c040 D rename_lock\n"), None);
+        assert!(
+            parse("0000000000000000 D rename_lock\n0000000000000000 D mount_lock\n")
+                .contains("hides kernel addresses")
+        );
         assert_eq!(
-            parse("ffffffff82a1c040 T mount_lock\nffffffff82a1c040 D rename_lock\n"),
-            None
+            parse(
+                "ffffffff82a1c040 D rename_lock\nffffffff82a1c080 d rename_lock\n\
+                 ffffffff82a21f80 D mount_lock\n"
+            ),
+            "/proc/kallsyms lists rename_lock more than once"
         );
     }
 }

@@ -1208,6 +1208,9 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        ["read-times", count, path] => {
+            report((0..count.parse::<u32>().expect("a count")).try_for_each(|_| open("read", path)))
+        }
         // Reads `outside`, then chroots to `root` and reads `inside` (the same file, named from
         // the new root).
         ["read-then-chrooted", outside, root, inside] => match open("read", outside)
