@@ -368,13 +368,17 @@ static __always_inline int in_runtime_setup(void)
 
 /* DefenseInDepth: adds the policy's default denial when the operation falls in one of
  * `categories` (PALISADE_DEFAULT_* or PALISADE_PERM_* bits) that the policy denies unless
- * allowed; callers pass only the categories no allow rule covered. */
-static __always_inline void deny_by_default(struct palisade_verdict *d,
-					    const struct subject *subject, __u32 categories)
+ * allowed; callers pass only the categories no allow rule covered. Returns whether a denial was
+ * spared because the task's container is being set up. */
+static __always_inline int deny_by_default(struct palisade_verdict *d,
+					   const struct subject *subject, __u32 categories)
 {
-	if ((subject->policy->defaults & categories) && !in_runtime_setup())
-		consider(d, subject->policy->default_deny.action,
-			 subject->policy->default_deny.rule_id);
+	if (!(subject->policy->defaults & categories))
+		return 0;
+	if (in_runtime_setup())
+		return 1;
+	consider(d, subject->policy->default_deny.action, subject->policy->default_deny.rule_id);
+	return 0;
 }
 
 static __always_inline int verdict_error(const struct palisade_verdict *d)

@@ -14,8 +14,10 @@
  *   the mount tree: d_path reads the same two to know that the path it built is whole. Both are
  *   32 bits: a slot older than OPEN_SLOT_LIFETIME_NS is not used, long before a sequence could
  *   come round to its value again;
- * - the policy id (a policy's rules never change under its id) and the agent's epoch (ids start
- *   again when an agent starts with no policy, the pinned cache keeping its slots).
+ * - the policy id (a policy's rules never change under its id) and the agent's epoch, new at each
+ *   start (ids start again when an agent starts with no policy, the pinned cache keeping its
+ *   slots) and each time targeting resumes (while nothing is targeted, lsm/d_instantiate does
+ *   not keep the slots).
  * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its number and device: its
  * memory is fixed at load, whatever the targets open. A slot is written under its own sequence
  * (odd while written; a writer that finds it odd or loses the race to make it odd leaves the
@@ -79,7 +81,7 @@ static __always_inline __u32 seqlock_sequence(__u64 address)
 }
 
 /* The slot of `inode` (NULL never in practice). */
-static __always_inline struct open_slot *open_slot(struct inode *inode)
+static __always_inline struct open_slot *slot_of(struct inode *inode)
 {
 	__u64 ino = inode->i_ino;
 	__u64 dev = inode->i_sb->s_dev;
@@ -87,20 +89,29 @@ static __always_inline struct open_slot *open_slot(struct inode *inode)
 	return bpf_map_lookup_elem(&open_verdicts, &index);
 }
 
+/* The sequence of the task's fs_struct, which chroot (and chdir) advance: a load the compiler
+ * keeps in place. */
+static __always_inline __u32 root_sequence(struct fs_struct *fs)
+{
+	__u32 sequence = *(volatile unsigned *)&fs->seq.seqcount.sequence;
+	asm volatile("" ::: "memory");
+	return sequence;
+}
+
 /*
  * Fills `key` for the current task's open of `file` under `subject`'s policy, before the path is
  * resolved (a rename or mount that starts later changes the sequences the slot is stored under);
  * false while a name, mount or the task's root is changing, or when the seqlocks were not found.
  */
-static __always_inline int open_key(struct open_key *key, const struct subject *subject,
-				    struct file *file)
+static __always_inline int fill_open_key(struct open_key *key, const struct subject *subject,
+					 struct file *file)
 {
 	const struct palisade_config *cfg = subject->config;
 	key->renames = seqlock_sequence(cfg->rename_lock);
 	key->mounts = seqlock_sequence(cfg->mount_lock);
-	/* Direct loads through the task's BTF pointer: no helper call on the path of a hit. */
+	/* Loads through the task's BTF pointer rather than a probe read per field. */
 	struct fs_struct *fs = bpf_get_current_task_btf()->fs;
-	key->root_sequence = fs->seq.seqcount.sequence;
+	key->root_sequence = root_sequence(fs);
 	if ((key->renames | key->mounts | key->root_sequence) & 1)
 		return 0;
 	struct inode *inode = file->f_inode;
@@ -116,7 +127,7 @@ static __always_inline int open_key(struct open_key *key, const struct subject *
 	key->policy_id = subject->policy_id;
 	key->epoch = cfg->open_cache_epoch;
 	/* The root read whole. */
-	return fs->seq.seqcount.sequence == key->root_sequence;
+	return root_sequence(fs) == key->root_sequence;
 }
 
 static __always_inline int same_open(const struct open_key *a, const struct open_key *b)
@@ -132,7 +143,7 @@ static __always_inline int same_open(const struct open_key *a, const struct open
 static __always_inline int open_needs_nothing(struct inode *inode, const struct open_key *key,
 					      __u32 perms)
 {
-	struct open_slot *slot = open_slot(inode);
+	struct open_slot *slot = slot_of(inode);
 	if (!slot)
 		return 0;
 	/* Atomic reads: ordered before and after the comparison on every architecture. */
@@ -145,14 +156,17 @@ static __always_inline int open_needs_nothing(struct inode *inode, const struct 
 }
 
 /* Records that the open `key` of `inode` needs nothing for `perms`; a slot of another open is
- * replaced. Not while the opener's root changed since the key was read (a thread sharing it may
- * have changed it while the path was resolved). */
+ * replaced. Not when the opener's root changed since the key was read (a thread sharing it may
+ * have changed it, or changed it and back, while the path was resolved). */
 static __always_inline void remember_open(struct inode *inode, const struct open_key *key,
 					  __u32 perms)
 {
-	if (bpf_get_current_task_btf()->fs->seq.seqcount.sequence != key->root_sequence)
+	struct fs_struct *fs = bpf_get_current_task_btf()->fs;
+	struct path root = fs->root;
+	if ((__u64)root.mnt != key->root_mnt || (__u64)root.dentry != key->root_dentry ||
+	    root_sequence(fs) != key->root_sequence)
 		return;
-	struct open_slot *slot = open_slot(inode);
+	struct open_slot *slot = slot_of(inode);
 	if (!slot)
 		return;
 	__u64 sequence = slot->sequence;
@@ -166,7 +180,9 @@ static __always_inline void remember_open(struct inode *inode, const struct open
 		slot->written_ns = now;
 	}
 	slot->perms |= perms;
-	__sync_fetch_and_add(&slot->sequence, 1);
+	/* A fully ordered exchange (an add whose result is unused is not, on arm64): the slot's
+	 * fields are visible before its sequence is even again. */
+	__sync_val_compare_and_swap(&slot->sequence, sequence + 1, sequence + 2);
 }
 
 /* A new dentry of `inode`: its slot, if it holds one of the inode's opens, names a dentry that
@@ -174,7 +190,7 @@ static __always_inline void remember_open(struct inode *inode, const struct open
  * open through the new dentry can start before it is instantiated. */
 static __always_inline void forget_opens(struct inode *inode)
 {
-	struct open_slot *slot = open_slot(inode);
+	struct open_slot *slot = slot_of(inode);
 	if (slot && slot->key.inode == (__u64)inode)
 		*(volatile __u64 *)&slot->key.inode = 0;
 }

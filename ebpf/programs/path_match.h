@@ -116,28 +116,29 @@ static const struct palisade_verdict path_outside_mount = {
  * deep: allowed and counted, but denied by a DefenseInDepth policy, which cannot know it
  * allowed). s->path is left empty when there is no path to report. Then denies by default
  * (DefenseInDepth) the permissions no allow rule covered, on files of the file system: not on a
- * pipe, socket or other file of no directory ("pipe:[N]"), which no path names.
+ * pipe, socket or other file of no directory ("pipe:[N]"), which no path names. Returns whether
+ * the answer holds for the path beyond this moment: a path was resolved, and no default denial
+ * was spared for a container's setup.
  */
-static __always_inline void match_resolved(const struct subject *subject, struct scratch *s,
-					   long len, __u32 perms, struct palisade_verdict *d)
+static __always_inline int match_resolved(const struct subject *subject, struct scratch *s,
+					  long len, __u32 perms, struct palisade_verdict *d)
 {
 	if (len == PATH_OUTSIDE_MOUNT) {
 		s->path[0] = 0;
 		if (has_paths(subject))
 			consider(d, path_outside_mount.action, path_outside_mount.rule_id);
-		return;
+		return 0;
 	}
 	if (len <= 0 || len > PATH_BUF_LEN) {
 		s->path[0] = 0;
 		stat_inc(PALISADE_STAT_UNDECIDED);
 		deny_by_default(d, subject, perms);
-		return;
+		return 0;
 	}
 	if (!has_paths(subject))
-		return;
+		return 1;
 	__u32 allowed = match_path(subject->policy_id, s, len, perms, d);
-	if (s->path[0] == '/')
-		deny_by_default(d, subject, perms & ~allowed);
+	return s->path[0] != '/' || !deny_by_default(d, subject, perms & ~allowed);
 }
 
 /* Reports a path decision (the path is in s->path) and returns its error. */

@@ -238,13 +238,10 @@ static __always_inline int decide_resolved(const struct subject *subject, struct
 					   const struct open_key *open)
 {
 	struct palisade_verdict d = {};
-	match_resolved(subject, s, len, perms, &d);
+	int lasting = match_resolved(subject, s, len, perms, &d);
 	consider(&d, by_file->action, by_file->rule_id);
 	if (d.action == PALISADE_ACTION_NONE) {
-		/* A DefenseInDepth policy's default denials wait while its container is set up:
-		 * what that allows is not what the policy allows. */
-		if (open && len > 0 && len <= PATH_BUF_LEN &&
-		    !(subject->policy->defaults && in_runtime_setup()))
+		if (open && lasting)
 			remember_open(inode, open, perms);
 		return 0;
 	}
@@ -318,7 +315,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	struct open_key key;
 	int cacheable = hook == PALISADE_HOOK_FILE_OPEN &&
 			by_file.action == PALISADE_ACTION_NONE && !modeling(&subject) &&
-			open_key(&key, &subject, file);
+			fill_open_key(&key, &subject, file);
 	if (cacheable && open_needs_nothing(inode, &key, perms)) {
 		stat_inc(PALISADE_STAT_OPENS_CACHED);
 		return 0;

@@ -49,7 +49,10 @@ impl SeqLocks {
             if found[index].is_some() {
                 return Err(SeqLocksError::Ambiguous(NAMES[index]));
             }
-            found[index] = Some(u64::from_str_radix(address, 16).unwrap_or(0));
+            let Ok(address) = u64::from_str_radix(address, 16) else {
+                continue;
+            };
+            found[index] = Some(address);
         }
         let [rename_lock, mount_lock] = found;
         let rename_lock = rename_lock.ok_or(SeqLocksError::Missing(NAMES[0]))?;

@@ -33,16 +33,22 @@ fn denying_under(kernel: &mut Kernel, name: &str, denied: &str) -> Cgroup {
     target
 }
 
-/// Reads `path` in `target`: the kernel's answer, and the paths of the denials reported.
-fn read(kernel: &mut Kernel, target: &Cgroup, path: &str) -> (Answer, Vec<String>) {
+/// Runs the probe with `args` in `target`: the kernel's answer, and the paths of the denials
+/// reported.
+fn run(kernel: &mut Kernel, target: &Cgroup, args: &[&str]) -> (Answer, Vec<String>) {
     kernel.events();
-    let answer = probe(Some(target), &["read", path]);
+    let answer = probe(Some(target), args);
     let reported = kernel
         .events()
         .into_iter()
         .map(|event| event.path)
         .collect();
     (answer, reported)
+}
+
+/// Reads `path` in `target` (see `run`).
+fn read(kernel: &mut Kernel, target: &Cgroup, path: &str) -> (Answer, Vec<String>) {
+    run(kernel, target, &["read", path])
 }
 
 #[test]
@@ -115,14 +121,10 @@ fn the_same_file_in_two_mount_namespaces_is_decided_by_each_ones_path() {
         "/tmp/two-views/secret/file",
     ];
     assert_eq!(read(&mut kernel, &target, public), (Answer::Ok, vec![]));
-    kernel.events();
-    assert_eq!(probe(Some(&target), &in_own_namespace), EPERM);
-    let reported: Vec<String> = kernel
-        .events()
-        .into_iter()
-        .map(|event| event.path)
-        .collect();
-    assert_eq!(reported, ["/tmp/two-views/secret/file"]);
+    assert_eq!(
+        run(&mut kernel, &target, &in_own_namespace),
+        (EPERM, vec!["/tmp/two-views/secret/file".to_owned()])
+    );
     assert_eq!(
         read(&mut kernel, &target, public),
         (Answer::Ok, vec![]),
@@ -164,13 +166,9 @@ fn a_file_read_again_after_a_chroot_is_decided_by_its_name_under_the_new_root() 
         "/tmp/chrooted",
         "/secret/file",
     ];
-    kernel.events();
-    assert_eq!(probe(Some(&target), &chrooted), EPERM);
-    let reported: Vec<String> = kernel
-        .events()
-        .into_iter()
-        .map(|event| event.path)
-        .collect();
-    assert_eq!(reported, ["/secret/file"]);
+    assert_eq!(
+        run(&mut kernel, &target, &chrooted),
+        (EPERM, vec!["/secret/file".to_owned()])
+    );
     assert_eq!(probe(None, &chrooted), Answer::Ok);
 }
