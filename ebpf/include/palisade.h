@@ -272,7 +272,7 @@ struct palisade_config {
 	__u64 audit_interval_ns;
 	__u64 audit_burst_ns;
 	__u32 measure_cost; /* 1: account the time decisions take in `hook_cost` */
-	__u32 open_cache_epoch; /* new at each agent start and when targeting resumes: open_cache.h */
+	__u32 reserved;
 	/* The addresses of the kernel's rename_lock and mount_lock (seqlock_t, from kallsyms) that
 	 * the open verdict cache follows; 0 when not found: every open then resolves its path. */
 	__u64 rename_lock;

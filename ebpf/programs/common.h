@@ -193,6 +193,7 @@ struct scratch {
 	__u64 ancestors[PLACE_MAX_DEPTH];
 	struct palisade_trie_key key;
 	struct palisade_model_key model; /* model.h */
+	__u64 fence; /* open_cache.h */
 };
 
 struct {

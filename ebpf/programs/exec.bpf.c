@@ -47,7 +47,7 @@ int TARGET_HOOK(bprm_check_security, struct linux_binprm *bprm, int ret)
 	if (ret)
 		return ret;
 	end_runtime_setup(bprm);
-	int error = check_file(bprm->file, PALISADE_HOOK_BPRM_CHECK, PALISADE_PERM_EXEC);
+	int error = check_file(bprm->file, PALISADE_HOOK_BPRM_CHECK, PALISADE_PERM_EXEC, NULL);
 	if (error)
 		return error;
 	return check_exec_name(bprm);
@@ -62,5 +62,5 @@ int TARGET_HOOK(mmap_file, struct file *file, unsigned long reqprot, unsigned lo
 	/* Anonymous mappings have no file; only executable mappings are an exec. */
 	if (!file || !(prot & PROT_EXEC))
 		return 0;
-	return check_file(file, PALISADE_HOOK_MMAP_FILE, PALISADE_PERM_EXEC);
+	return check_file(file, PALISADE_HOOK_MMAP_FILE, PALISADE_PERM_EXEC, NULL);
 }

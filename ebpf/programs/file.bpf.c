@@ -45,7 +45,16 @@ int TARGET_HOOK(file_open, struct file *file, int ret)
 	/* An exec's open of its program is a read like any (neither test kernel has marked it
 	 * FMODE_EXEC yet, and 6.1 marks uselib's read as it marks an exec's, in f_flags): exec
 	 * rules and allowances cover reading; bprm_check decides the exec. */
-	return check_file(file, PALISADE_HOOK_FILE_OPEN, access_perms(file));
+	__u32 perms = access_perms(file);
+	if (!perms)
+		return 0;
+	/* The cache first: a hit needs neither the target nor the path. */
+	struct open_key open;
+	if (open_needs_nothing(&open, file, perms)) {
+		stat_inc(PALISADE_STAT_OPENS_CACHED);
+		return 0;
+	}
+	return check_file(file, PALISADE_HOOK_FILE_OPEN, perms, &open);
 }
 
 /*
@@ -70,7 +79,7 @@ int TARGET_HOOK(file_receive, struct file *file, int ret)
 {
 	if (ret)
 		return ret;
-	return check_file(file, PALISADE_HOOK_FILE_RECEIVE, access_perms(file));
+	return check_file(file, PALISADE_HOOK_FILE_RECEIVE, access_perms(file), NULL);
 }
 
 SEC("lsm/path_truncate")

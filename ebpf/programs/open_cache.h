@@ -1,8 +1,13 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The open verdict cache: the permissions a target's open of a file was decided to need nothing
- * for (no denial, no report, not modeled), so that the next such open skips resolving the path
- * and matching it. A slot holds while nothing the path is made of can have changed:
+ * for (no denial, no report, not modeled), so that the next such open is answered before the
+ * target is even looked up. A slot holds while nothing the decision rested on can have changed:
+ * - the opener's cgroup and the cache's epoch (`open_epoch`), which the agent advances after
+ *   every change of targets, of the policies they point at and of its protected files, and at
+ *   its start: within one epoch a cgroup has one target, one policy and the same protected
+ *   files. (While nothing is targeted, lsm/d_instantiate does not keep the slots: targeting
+ *   resumes with a change, in a new epoch.);
  * - the inode (address, number, device), and the mount and dentry it was opened through: another
  *   mount or namespace is another mount, another name another dentry. A new dentry of the inode
  *   (a lookup, a link, a file handle decoded: lsm/d_instantiate) empties its slot, so that a
@@ -12,17 +17,13 @@
  * - the kernel's rename_lock, whose sequence every dentry move advances (rename, exchange, a
  *   directory alias spliced in, a mount on a dentry), and mount_lock, advanced by every change of
  *   the mount tree: d_path reads the same two to know that the path it built is whole. Both are
- *   32 bits: a slot older than OPEN_SLOT_LIFETIME_NS is not used, long before a sequence could
- *   come round to its value again;
- * - the policy id (a policy's rules never change under its id) and the agent's epoch, new at each
- *   start (ids start again when an agent starts with no policy, the pinned cache keeping its
- *   slots) and each time targeting resumes (while nothing is targeted, lsm/d_instantiate does
- *   not keep the slots).
+ *   32 bits: a slot older than OPEN_SLOT_LIFETIME jiffies is not used, long before a sequence
+ *   could come round to its value again.
  * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its number and device: its
  * memory is fixed at load, whatever the targets open. A slot is written under its own sequence
  * (odd while written; a writer that finds it odd or loses the race to make it odd leaves the
  * slot alone), and read twice around the comparison, so that a slot read while written is a
- * miss.
+ * miss. A task that is no target stops at the slot's inode and cgroup.
  */
 #ifndef PALISADE_OPEN_CACHE_H
 #define PALISADE_OPEN_CACHE_H
@@ -33,12 +34,14 @@
 #define OPEN_SLOTS (1u << OPEN_SLOT_BITS)
 
 /* rename_lock advances by 2 per dentry move: coming round takes 2^31 moves, over half an hour
- * at a million renames a second. */
-#define OPEN_SLOT_LIFETIME_NS (10ull * 1000 * 1000 * 1000)
+ * at a million renames a second. 10 s at HZ=1000, 100 s at HZ=100: jiffies cost one load where
+ * a clock read costs tens of instructions. */
+#define OPEN_SLOT_LIFETIME 10000
 
-/* What an open's path is made of. Kernel pointers are compared, never followed. */
+/* What an open's decision rests on. Kernel pointers are compared, never followed. */
 struct open_key {
-	__u64 inode;
+	__u64 inode; /* 0: no key (open_needs_nothing found no epoch) */
+	__u64 cgroup;
 	__u64 ino;
 	__u64 file_mnt;
 	__u64 file_dentry;
@@ -46,18 +49,26 @@ struct open_key {
 	__u64 root_dentry;
 	__u64 root_ino;
 	__u32 dev;
+	__u32 epoch;
 	__u32 renames; /* rename_lock's sequence */
 	__u32 mounts;  /* mount_lock's sequence */
-	__u32 policy_id;
-	__u32 epoch;
 	/* Not compared: the opener's fs_struct sequence, which must not change (a chroot) between
 	 * the key and the slot's write. */
 	__u32 root_sequence;
+	__u32 unused;
 };
+
+/* Element 0: the epoch. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} open_epoch SEC(".maps");
 
 struct open_slot {
 	__u64 sequence; /* odd while written */
-	__u64 written_ns;
+	__u64 written; /* jiffies */
 	struct open_key key;
 	__u32 perms; /* PALISADE_PERM_* that need nothing */
 	__u32 unused;
@@ -80,11 +91,9 @@ static __always_inline __u32 seqlock_sequence(__u64 address)
 	return sequence;
 }
 
-/* The slot of `inode` (NULL never in practice). */
-static __always_inline struct open_slot *slot_of(struct inode *inode)
+/* The slot of the inode `ino` on device `dev` (NULL never in practice). */
+static __always_inline struct open_slot *slot_of(__u64 ino, __u64 dev)
 {
-	__u64 ino = inode->i_ino;
-	__u64 dev = inode->i_sb->s_dev;
 	__u32 index = ((ino ^ (dev << 32)) * 0x9e3779b97f4a7c15ull) >> (64 - OPEN_SLOT_BITS);
 	return bpf_map_lookup_elem(&open_verdicts, &index);
 }
@@ -99,14 +108,13 @@ static __always_inline __u32 root_sequence(struct fs_struct *fs)
 }
 
 /*
- * Fills `key` for the current task's open of `file` under `subject`'s policy, before the path is
- * resolved (a rename or mount that starts later changes the sequences the slot is stored under);
- * false while a name, mount or the task's root is changing, or when the seqlocks were not found.
+ * Fills the path's part of `key`, the current task's open of `file`, before the path is resolved
+ * (a rename or mount that starts later changes the sequences the slot is stored under); false
+ * while a name, mount or the task's root is changing, or when the seqlocks were not found.
  */
-static __always_inline int fill_open_key(struct open_key *key, const struct subject *subject,
-					 struct file *file)
+static __always_inline int fill_open_path(struct open_key *key, const struct palisade_config *cfg,
+					  struct file *file)
 {
-	const struct palisade_config *cfg = subject->config;
 	key->renames = seqlock_sequence(cfg->rename_lock);
 	key->mounts = seqlock_sequence(cfg->mount_lock);
 	/* Loads through the task's BTF pointer rather than a probe read per field. */
@@ -114,70 +122,85 @@ static __always_inline int fill_open_key(struct open_key *key, const struct subj
 	key->root_sequence = root_sequence(fs);
 	if ((key->renames | key->mounts | key->root_sequence) & 1)
 		return 0;
-	struct inode *inode = file->f_inode;
-	key->inode = (__u64)inode;
-	key->ino = inode->i_ino;
-	key->dev = inode->i_sb->s_dev;
 	key->file_mnt = (__u64)file->f_path.mnt;
 	key->file_dentry = (__u64)file->f_path.dentry;
 	struct path root = fs->root;
 	key->root_mnt = (__u64)root.mnt;
 	key->root_dentry = (__u64)root.dentry;
 	key->root_ino = root.dentry->d_inode->i_ino;
-	key->policy_id = subject->policy_id;
-	key->epoch = cfg->open_cache_epoch;
 	/* The root read whole. */
 	return root_sequence(fs) == key->root_sequence;
 }
 
 static __always_inline int same_open(const struct open_key *a, const struct open_key *b)
 {
-	return a->inode == b->inode && a->ino == b->ino && a->dev == b->dev &&
-	       a->file_mnt == b->file_mnt && a->file_dentry == b->file_dentry &&
-	       a->root_mnt == b->root_mnt && a->root_dentry == b->root_dentry &&
-	       a->root_ino == b->root_ino && a->renames == b->renames && a->mounts == b->mounts &&
-	       a->policy_id == b->policy_id && a->epoch == b->epoch;
+	return a->inode == b->inode && a->cgroup == b->cgroup && a->ino == b->ino &&
+	       a->dev == b->dev && a->epoch == b->epoch && a->file_mnt == b->file_mnt &&
+	       a->file_dentry == b->file_dentry && a->root_mnt == b->root_mnt &&
+	       a->root_dentry == b->root_dentry && a->root_ino == b->root_ino &&
+	       a->renames == b->renames && a->mounts == b->mounts;
 }
 
-/* Whether the cache says the open `key` of `inode` needs nothing for `perms`. */
-static __always_inline int open_needs_nothing(struct inode *inode, const struct open_key *key,
-					      __u32 perms)
+/*
+ * Whether the cache says the current task's open of `file` needs nothing for `perms`. Starts
+ * `key` on the way (epoch, cgroup, inode), for the decision that follows a miss, and
+ * orders the epoch's load before that decision's: what it reads is what the agent published at
+ * that epoch or later.
+ */
+static __always_inline int open_needs_nothing(struct open_key *key, struct file *file, __u32 perms)
 {
-	struct open_slot *slot = slot_of(inode);
-	if (!slot)
+	__u32 zero = 0;
+	__u32 *epoch = bpf_map_lookup_elem(&open_epoch, &zero);
+	if (!epoch) {
+		key->inode = 0;
 		return 0;
-	/* Atomic reads: ordered before and after the comparison on every architecture. */
-	__u64 sequence = __sync_fetch_and_add(&slot->sequence, 0);
-	if (sequence & 1)
-		return 0;
-	int hit = (slot->perms & perms) == perms && same_open(&slot->key, key) &&
-		  bpf_ktime_get_ns() - slot->written_ns < OPEN_SLOT_LIFETIME_NS;
-	return hit && __sync_fetch_and_add(&slot->sequence, 0) == sequence;
+	}
+	key->epoch = *(volatile __u32 *)epoch;
+	key->cgroup = bpf_get_current_cgroup_id();
+	struct inode *inode = file->f_inode;
+	key->inode = (__u64)inode;
+	key->ino = inode->i_ino;
+	key->dev = inode->i_sb->s_dev;
+	struct open_slot *slot = slot_of(key->ino, key->dev);
+	if (slot && slot->key.inode == key->inode && slot->key.cgroup == key->cgroup) {
+		struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
+		/* Atomic reads: ordered before and after the comparison on every architecture. */
+		__u64 sequence = __sync_fetch_and_add(&slot->sequence, 0);
+		if (cfg && !(sequence & 1) && fill_open_path(key, cfg, file) &&
+		    (slot->perms & perms) == perms && same_open(&slot->key, key) &&
+		    bpf_jiffies64() - slot->written < OPEN_SLOT_LIFETIME &&
+		    __sync_fetch_and_add(&slot->sequence, 0) == sequence)
+			return 1;
+	}
+	/* A full barrier (an exchange: an add whose result is unused is not one on arm64), on this
+	 * CPU's memory so that no line bounces between CPUs. */
+	struct scratch *s = scratch_memory();
+	if (s)
+		__sync_val_compare_and_swap(&s->fence, 0, 0);
+	return 0;
 }
 
-/* Records that the open `key` of `inode` needs nothing for `perms`; a slot of another open is
- * replaced. Not when the opener's root changed since the key was read (a thread sharing it may
+/* Records that the open `key` needs nothing for `perms`; a slot of another open is replaced. Not when the opener's root changed since the key was read (a thread sharing it may
  * have changed it, or changed it and back, while the path was resolved). */
-static __always_inline void remember_open(struct inode *inode, const struct open_key *key,
-					  __u32 perms)
+static __always_inline void remember_open(const struct open_key *key, __u32 perms)
 {
 	struct fs_struct *fs = bpf_get_current_task_btf()->fs;
 	struct path root = fs->root;
 	if ((__u64)root.mnt != key->root_mnt || (__u64)root.dentry != key->root_dentry ||
 	    root_sequence(fs) != key->root_sequence)
 		return;
-	struct open_slot *slot = slot_of(inode);
+	struct open_slot *slot = slot_of(key->ino, key->dev);
 	if (!slot)
 		return;
 	__u64 sequence = slot->sequence;
 	if ((sequence & 1) ||
 	    __sync_val_compare_and_swap(&slot->sequence, sequence, sequence + 1) != sequence)
 		return;
-	__u64 now = bpf_ktime_get_ns();
-	if (!same_open(&slot->key, key) || now - slot->written_ns >= OPEN_SLOT_LIFETIME_NS) {
+	__u64 now = bpf_jiffies64();
+	if (!same_open(&slot->key, key) || now - slot->written >= OPEN_SLOT_LIFETIME) {
 		slot->key = *key;
 		slot->perms = 0;
-		slot->written_ns = now;
+		slot->written = now;
 	}
 	slot->perms |= perms;
 	/* A fully ordered exchange (an add whose result is unused is not, on arm64): the slot's
@@ -190,7 +213,7 @@ static __always_inline void remember_open(struct inode *inode, const struct open
  * open through the new dentry can start before it is instantiated. */
 static __always_inline void forget_opens(struct inode *inode)
 {
-	struct open_slot *slot = slot_of(inode);
+	struct open_slot *slot = slot_of(inode->i_ino, inode->i_sb->s_dev);
 	if (slot && slot->key.inode == (__u64)inode)
 		*(volatile __u64 *)&slot->key.inode = 0;
 }

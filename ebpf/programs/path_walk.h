@@ -230,7 +230,7 @@ static __always_inline long walk_path(struct scratch *s, struct dentry *dentry,
  * Decides `perms` by the path rules on what a path resolver answered (see match_resolved) and by
  * `by_file`, what was decided without the path; reports the decision. An open the cache may
  * answer (`open`: its key; NULL for anything else) that needs nothing, under a path that was
- * resolved, is remembered for `inode`.
+ * resolved, is remembered.
  */
 static __always_inline int decide_resolved(const struct subject *subject, struct scratch *s,
 					   long len, __u32 perms,
@@ -242,7 +242,7 @@ static __always_inline int decide_resolved(const struct subject *subject, struct
 	consider(&d, by_file->action, by_file->rule_id);
 	if (d.action == PALISADE_ACTION_NONE) {
 		if (open && lasting)
-			remember_open(inode, open, perms);
+			remember_open(open, perms);
 		return 0;
 	}
 	return decide_path(&d, subject, s, inode, perms, 0);
@@ -290,8 +290,13 @@ static __always_inline long without_deleted_suffix(struct scratch *s, struct den
 	return start + 1;
 }
 
-/* The body of the hooks on a file already open (open, receive, exec, mmap): match, decide. */
-static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms)
+/*
+ * The body of the hooks on a file already open (open, receive, exec, mmap): match, decide. An
+ * open the cache did not answer passes its key as open_needs_nothing left it (`open`), to be
+ * remembered; other hooks pass NULL.
+ */
+static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms,
+				      struct open_key *open)
 {
 	if (!perms)
 		return 0;
@@ -312,14 +317,8 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE && !modeling(&subject))
 		return 0;
 	/* Only the path can still decide an open the cache may answer. */
-	struct open_key key;
-	int cacheable = hook == PALISADE_HOOK_FILE_OPEN &&
-			by_file.action == PALISADE_ACTION_NONE && !modeling(&subject) &&
-			fill_open_key(&key, &subject, file);
-	if (cacheable && open_needs_nothing(inode, &key, perms)) {
-		stat_inc(PALISADE_STAT_OPENS_CACHED);
-		return 0;
-	}
+	int cacheable = open && open->inode && by_file.action == PALISADE_ACTION_NONE &&
+			!modeling(&subject) && fill_open_path(open, subject.config, file);
 	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);
 	len = without_deleted_suffix(s, file->f_path.dentry, len);
 	/* d_path also answers "/" for a file cut off from its mount, discarding the names it built
@@ -332,7 +331,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	}
 	if (modeling(&subject))
 		record_file(&subject, s, len, perms);
-	return decide_resolved(&subject, s, len, perms, &by_file, inode, cacheable ? &key : NULL);
+	return decide_resolved(&subject, s, len, perms, &by_file, inode, cacheable ? open : NULL);
 }
 
 #endif

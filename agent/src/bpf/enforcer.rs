@@ -13,7 +13,7 @@ use palisade_common::{Config, Gate};
 use tracing::{info, warn};
 
 use super::{
-    DecisionCost, EnforceError, LoadError, MapSizes, Maps, MeasureError, PinnedState,
+    DecisionCost, EnforceError, LoadError, MapSizes, Maps, MeasureError, OpenCache, PinnedState,
     PolicyRegistry, ProgramRuns, ProtectError, ProtectedFiles, Protection, RuleCounts, RuleLabels,
     Stats,
     counters::Counters,
@@ -56,6 +56,8 @@ pub struct Enforcer {
     store: PolicyStore,
     counters: Counters,
     protected: ProtectedFiles,
+    /// Advanced after every change of targets and of the policies they point at.
+    open_cache: OpenCache,
     models: ModelRecords,
     events: Option<RingBuf<MapData>>,
     /// Policies no slot points at any more, their entries not deleted yet: released, then
@@ -93,6 +95,7 @@ impl Enforcer {
             targets,
             pending,
             protected_inodes,
+            open_epoch,
             policies,
             path_prefixes,
             path_suffixes,
@@ -127,6 +130,10 @@ impl Enforcer {
                 );
             })
             .ok();
+        let open_cache = OpenCache::new(open_epoch).map_err(|source| LoadError::MapSetup {
+            name: "open_epoch",
+            source,
+        })?;
         let mut enforcer = Self {
             programs,
             sizes: *sizes,
@@ -135,8 +142,6 @@ impl Enforcer {
                 protected_pid: std::process::id().into(),
                 target_levels: adopted_levels.targets,
                 enforced_levels: adopted_levels.enforced,
-                // The pinned cache's slots name policy ids this agent may give again.
-                open_cache_epoch: pinned.open_cache_epoch.wrapping_add(1),
                 rename_lock: seqlocks.map_or(0, |locks| locks.rename_lock),
                 mount_lock: seqlocks.map_or(0, |locks| locks.mount_lock),
                 ..Config::default()
@@ -157,7 +162,8 @@ impl Enforcer {
                 *sizes,
             ),
             counters: Counters::new(stats, rule_counts, hook_cost),
-            protected: ProtectedFiles::new(protected_inodes),
+            protected: ProtectedFiles::new(protected_inodes, open_cache.clone()),
+            open_cache,
             models: ModelRecords::new(model_records),
             events: Some(events),
             released: Vec::new(),
@@ -179,6 +185,7 @@ impl Enforcer {
         self.retire_released();
         self.programs.remove_other_builds()?;
         let (live, stale_targets) = self.table.remove_earlier()?;
+        self.forget_opens();
         self.protected.remove_others()?;
         self.publish_levels()?;
         self.store.wait_for_running_programs()?;
@@ -398,6 +405,8 @@ impl Enforcer {
             self.store.discard(policy_id, &new.policy);
             return Err(err);
         }
+        // A cgroup in a target until now, or in another one.
+        self.forget_opens();
         let armed = matches!(slot, Slot::Armed { .. });
         let Some(old) = self.table.record(slot, new) else {
             return Ok(());
@@ -426,6 +435,7 @@ impl Enforcer {
     /// Once no slot points at `old`: its level is no longer probed (nor enforced) for it, and
     /// its policy waits for `retire_released`.
     fn release(&mut self, old: Installed) {
+        self.forget_opens();
         self.table.count_level(&old, -1);
         if let Err(err) = self.publish_levels() {
             // Harmless: a level probed, or enforced, for nothing.
@@ -538,16 +548,21 @@ impl Enforcer {
         }
     }
 
+    /// After a change of targets: every open is decided again. (A failure to advance a
+    /// one-entry array is not to be expected; its cost is bounded by a slot's lifetime.)
+    fn forget_opens(&self) {
+        if let Err(err) = self.open_cache.forget() {
+            warn!(
+                "opens a target made before a policy change may be allowed as before it for up                  to 100 s: {err}"
+            );
+        }
+    }
+
     /// Publishes the table's levels, if they changed.
     fn publish_levels(&mut self) -> Result<(), MapError> {
         let Levels { targets, enforced } = self.table.levels();
         if (targets, enforced) == (self.config.target_levels, self.config.enforced_levels) {
             return Ok(());
-        }
-        if self.config.target_levels == 0 {
-            // While nothing was targeted, lsm/d_instantiate did not keep the open verdict cache:
-            // its slots are not to be used again.
-            self.config.open_cache_epoch = self.config.open_cache_epoch.wrapping_add(1);
         }
         self.config.target_levels = targets;
         self.config.enforced_levels = enforced;

@@ -1,7 +1,8 @@
 //! The kernel side, seen from user space: loading and attaching the LSM programs (`loader`), and
 //! the maps through which policies are enforced: the policies' entries (`store`), which target
 //! has which (`table`), what the kernel counts (`counters`) and what it records for
-//! BehaviorModeling (`records`). `Enforcer` owns them all and switches policies in (`swap`);
+//! BehaviorModeling (`records`), and the open verdict cache's epoch (`open_cache`). `Enforcer`
+//! owns them all and switches policies in (`swap`);
 //! `layout` is the contract with the object.
 
 mod counters;
@@ -9,6 +10,7 @@ mod enforcer;
 mod hooks;
 mod layout;
 mod loader;
+mod open_cache;
 mod pinned;
 mod preflight;
 mod protected;
@@ -24,6 +26,7 @@ pub use enforcer::{AuditRate, Enforcer, RetireError};
 pub use hooks::{HOOKS, Hook, Subject, action_name, hook_name, hook_named};
 pub use layout::{Device, PROGRAMS, inode_key, pending_key};
 pub(crate) use layout::{MAPS, Maps};
+use open_cache::OpenCache;
 pub use pinned::{DEFAULT_ROOT, PinnedState, object_version, remove as remove_pinned};
 pub use preflight::{KERNEL_BTF, LoadError, LsmList, Preflight};
 pub use protected::{ProtectError, ProtectedFiles, Protection};

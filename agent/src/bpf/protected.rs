@@ -13,7 +13,7 @@ use std::{
 use aya::maps::{HashMap as BpfHashMap, MapData, MapError};
 use palisade_common::{InodeKey, PROTECT_CHANGE, PROTECT_READ};
 
-use super::inode_key;
+use super::{OpenCache, inode_key};
 
 /// What targets may not do to a file of the agent's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,14 +49,17 @@ pub struct ProtectedFiles(Arc<Mutex<Inner>>);
 
 struct Inner {
     map: BpfHashMap<MapData, InodeKey, u32>,
+    /// Its cached opens predate a protection added.
+    open_cache: OpenCache,
     /// What this process protects, and how.
     own: HashMap<InodeKey, u32>,
 }
 
 impl ProtectedFiles {
-    pub(super) fn new(map: BpfHashMap<MapData, InodeKey, u32>) -> Self {
+    pub(super) fn new(map: BpfHashMap<MapData, InodeKey, u32>, open_cache: OpenCache) -> Self {
         Self(Arc::new(Mutex::new(Inner {
             map,
+            open_cache,
             own: HashMap::new(),
         })))
     }
@@ -93,9 +96,14 @@ impl ProtectedFiles {
         protection: Protection,
     ) -> Result<InodeKey, ProtectError> {
         let mut inner = self.lock();
-        let bits = inner.own.get(&key).copied().unwrap_or(0) | protection.bits();
+        let had = inner.own.get(&key).copied().unwrap_or(0);
+        let bits = had | protection.bits();
+        if bits == had {
+            return Ok(key);
+        }
         inner.map.insert(key, bits, 0)?;
         inner.own.insert(key, bits);
+        inner.open_cache.forget()?;
         Ok(key)
     }
 

@@ -1,9 +1,9 @@
 //! A path rule is decided by the name the opener's kernel resolves at the moment of the open:
 //! after a rename of an ancestor directory, through a second mount of the same directory, in
-//! another mount namespace, under another root, and on the first open after a policy update. Each
-//! test opens the same file under one answer first, then checks the other: the open verdict
-//! cache (ebpf/programs/open_cache.h), had it missed a change of name, mount, root or policy,
-//! would fail it.
+//! another mount namespace, under another root, and on the first open after a policy update or
+//! after a cgroup inside a target gets a policy of its own. Each test opens the same file under
+//! one answer first, then checks the other: the open verdict cache (ebpf/programs/open_cache.h),
+//! had it missed a change of name, mount, root or policy, would fail it.
 
 use palisade_agent::targets::Cgroup;
 use palisade_kernel_tests::{Answer, EPERM, Kernel, deny_read, file, policy, probe, sh};
@@ -151,6 +151,25 @@ fn a_policy_update_that_denies_an_allowed_file_holds_from_the_next_open() {
     );
     kernel.apply(&target, allowing);
     assert_eq!(read(&mut kernel, &target, read_file), (Answer::Ok, vec![]));
+}
+
+#[test]
+fn a_cgroup_inside_a_target_given_its_own_policy_holds_it_from_the_next_open() {
+    let mut kernel = Kernel::new();
+    let outer = kernel.cgroup(None, "outer");
+    let inner = kernel.cgroup(Some(&outer), "inner");
+    let read_file = file("/tmp/outer/file");
+    kernel.apply(&outer, policy("outer", &deny_read("/tmp/outer/other")));
+    // Decided by the outer target's policy, the second read from the cache.
+    for _ in 0..2 {
+        assert_eq!(read(&mut kernel, &inner, read_file), (Answer::Ok, vec![]));
+    }
+    kernel.apply(&inner, policy("inner", &deny_read(read_file)));
+    assert_eq!(
+        read(&mut kernel, &inner, read_file),
+        (EPERM, vec![read_file.to_owned()]),
+        "the first open under the inner target's own policy"
+    );
 }
 
 #[test]

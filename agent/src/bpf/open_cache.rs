@@ -1,0 +1,29 @@
+//! The epoch of the open verdict cache (ebpf/programs/open_cache.h): a cached open holds only
+//! within the epoch it was decided in. Whatever changes what decides a target's open without its
+//! path advances it once the change is made: the enforcer (targets, the policies they point at)
+//! and the protected files (a file newly kept from targets) both hold this handle.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use aya::maps::{Array, MapData, MapError};
+
+#[derive(Clone)]
+pub struct OpenCache(Arc<Mutex<Array<MapData, u32>>>);
+
+impl OpenCache {
+    /// Starts a new epoch in `epoch` (the map, an earlier agent's if pinned): the cached opens
+    /// of that agent's decisions are not this one's.
+    pub(super) fn new(epoch: Array<MapData, u32>) -> Result<Self, MapError> {
+        let cache = Self(Arc::new(Mutex::new(epoch)));
+        cache.forget()?;
+        Ok(cache)
+    }
+
+    /// Starts a new epoch: no open is answered from the cache by a decision made before. An
+    /// error means the cache may still answer as before the change.
+    pub fn forget(&self) -> Result<(), MapError> {
+        let mut epoch = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let next = epoch.get(&0, 0)?.wrapping_add(1);
+        epoch.set(0, next, 0)
+    }
+}
