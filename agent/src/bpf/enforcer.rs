@@ -553,7 +553,8 @@ impl Enforcer {
     fn forget_opens(&self) {
         if let Err(err) = self.open_cache.forget() {
             warn!(
-                "opens a target made before a policy change may be allowed as before it for up                  to 100 s: {err}"
+                "opens a target made before a policy change may be allowed as before it for up \
+                 to 100 s: {err}"
             );
         }
     }

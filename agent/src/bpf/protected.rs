@@ -49,7 +49,7 @@ pub struct ProtectedFiles(Arc<Mutex<Inner>>);
 
 struct Inner {
     map: BpfHashMap<MapData, InodeKey, u32>,
-    /// Its cached opens predate a protection added.
+    /// Advanced when a protection is added: an open cached before may be of the file.
     open_cache: OpenCache,
     /// What this process protects, and how.
     own: HashMap<InodeKey, u32>,
