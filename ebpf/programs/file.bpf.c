@@ -58,9 +58,9 @@ int TARGET_HOOK(file_open, struct file *file, int ret)
 }
 
 /*
- * A new dentry of an inode (a lookup, a link, a file handle decoded): the open verdict cache
- * forgets the inode's open (open_cache.h). Nothing is decided here, and the hook returns
- * nothing: no `ret` to answer, hence not a GATED_HOOK.
+ * A new dentry of an inode (a lookup, a link, a file handle decoded, a new inode's first): the
+ * open verdict cache forgets the inode's open (open_cache.h). Nothing is decided here, and the
+ * hook returns nothing: no `ret` to answer, hence not a GATED_HOOK.
  */
 SEC("lsm/d_instantiate")
 int BPF_PROG(d_instantiate, struct dentry *dentry, struct inode *inode)

@@ -8,7 +8,7 @@
  *   its start: within one epoch a cgroup has one target, one policy and the same protected
  *   files. (While nothing is targeted, lsm/d_instantiate does not keep the slots: targeting
  *   resumes with a change, in a new epoch.);
- * - the inode (address and number), and the mount and dentry it was opened through: another
+ * - the inode (address, number, device), and the mount and dentry it was opened through: another
  *   mount or namespace is another mount, another name another dentry. A new dentry of the inode
  *   (a lookup, a link, a file handle decoded, a new inode's first: lsm/d_instantiate) empties its
  *   slot, so that a dentry or inode freed and its memory reused for another is not taken for
@@ -20,7 +20,7 @@
  *   the mount tree: d_path reads the same two to know that the path it built is whole. Both are
  *   32 bits: a slot older than OPEN_SLOT_LIFETIME jiffies is not used, long before a sequence
  *   could come round to its value again.
- * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its number: its
+ * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its number and device: its
  * memory is fixed at load, whatever the targets open. A slot is written under its own sequence
  * (odd while written; a writer that finds it odd or loses the race to make it odd leaves the
  * slot alone), and read twice around the comparison, so that a slot read while written is a
@@ -49,12 +49,14 @@ struct open_key {
 	__u64 root_mnt;
 	__u64 root_dentry;
 	__u64 root_ino;
+	__u32 dev;
 	__u32 epoch;
 	__u32 renames; /* rename_lock's sequence */
 	__u32 mounts;  /* mount_lock's sequence */
 	/* Not compared: the opener's fs_struct sequence, which must not change (a chroot) between
 	 * the key and the slot's write. */
 	__u32 root_sequence;
+	__u32 unused;
 };
 
 /* Element 0: the epoch. */
@@ -90,10 +92,11 @@ static __always_inline __u32 seqlock_sequence(__u64 address)
 	return sequence;
 }
 
-/* The slot of the inode numbered `ino`, on any device (NULL never in practice). */
-static __always_inline struct open_slot *slot_of(__u64 ino)
+/* The slot of the inode `ino` on device `dev` (NULL never in practice). The device too: the
+ * overlays of containers of one image have inodes of the same numbers. */
+static __always_inline struct open_slot *slot_of(__u64 ino, __u64 dev)
 {
-	__u32 index = (ino * 0x9e3779b97f4a7c15ull) >> (64 - OPEN_SLOT_BITS);
+	__u32 index = ((ino ^ (dev << 32)) * 0x9e3779b97f4a7c15ull) >> (64 - OPEN_SLOT_BITS);
 	return bpf_map_lookup_elem(&open_verdicts, &index);
 }
 
@@ -134,7 +137,7 @@ static __always_inline int fill_open_path(struct open_key *key, const struct pal
 static __always_inline int same_open(const struct open_key *a, const struct open_key *b)
 {
 	return a->inode == b->inode && a->cgroup == b->cgroup && a->ino == b->ino &&
-	       a->epoch == b->epoch && a->file_mnt == b->file_mnt &&
+	       a->dev == b->dev && a->epoch == b->epoch && a->file_mnt == b->file_mnt &&
 	       a->file_dentry == b->file_dentry && a->root_mnt == b->root_mnt &&
 	       a->root_dentry == b->root_dentry && a->root_ino == b->root_ino &&
 	       a->renames == b->renames && a->mounts == b->mounts;
@@ -144,13 +147,14 @@ static __always_inline int same_open(const struct open_key *a, const struct open
  * Whether the cache says the current task's open of `file` needs nothing for `perms`. Starts
  * `key` on the way (epoch, cgroup, inode), for the decision that follows a miss, and
  * orders the epoch's load before that decision's: what it reads is what the agent published at
- * that epoch or later.
+ * that epoch or later. Without the seqlocks, there is no cache and no key.
  */
 static __always_inline int open_needs_nothing(struct open_key *key, struct file *file, __u32 perms)
 {
 	__u32 zero = 0;
+	struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
 	__u32 *epoch = bpf_map_lookup_elem(&open_epoch, &zero);
-	if (!epoch) {
+	if (!cfg || !cfg->rename_lock || !epoch) {
 		key->inode = 0;
 		return 0;
 	}
@@ -159,12 +163,12 @@ static __always_inline int open_needs_nothing(struct open_key *key, struct file 
 	struct inode *inode = file->f_inode;
 	key->inode = (__u64)inode;
 	key->ino = inode->i_ino;
-	struct open_slot *slot = slot_of(key->ino);
+	key->dev = inode->i_sb->s_dev;
+	struct open_slot *slot = slot_of(key->ino, key->dev);
 	if (slot && slot->key.inode == key->inode && slot->key.cgroup == key->cgroup) {
-		struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
 		/* Atomic reads: ordered before and after the comparison on every architecture. */
 		__u64 sequence = __sync_fetch_and_add(&slot->sequence, 0);
-		if (cfg && !(sequence & 1) && fill_open_path(key, cfg, file) &&
+		if (!(sequence & 1) && fill_open_path(key, cfg, file) &&
 		    (slot->perms & perms) == perms && same_open(&slot->key, key) &&
 		    bpf_jiffies64() - slot->written < OPEN_SLOT_LIFETIME &&
 		    __sync_fetch_and_add(&slot->sequence, 0) == sequence)
@@ -178,16 +182,20 @@ static __always_inline int open_needs_nothing(struct open_key *key, struct file 
 	return 0;
 }
 
-/* Records that the open `key` needs nothing for `perms`; a slot of another open is replaced. Not when the opener's root changed since the key was read (a thread sharing it may
- * have changed it, or changed it and back, while the path was resolved). */
+/*
+ * Records that the open `key` needs nothing for `perms`; a slot of another open is replaced.
+ * Not when the opener's root changed since the key was read (a thread sharing it may have
+ * changed it, or changed it and back, while the path was resolved), nor its cgroup (the
+ * decision may be of the target it was moved to).
+ */
 static __always_inline void remember_open(const struct open_key *key, __u32 perms)
 {
 	struct fs_struct *fs = bpf_get_current_task_btf()->fs;
 	struct path root = fs->root;
 	if ((__u64)root.mnt != key->root_mnt || (__u64)root.dentry != key->root_dentry ||
-	    root_sequence(fs) != key->root_sequence)
+	    root_sequence(fs) != key->root_sequence || bpf_get_current_cgroup_id() != key->cgroup)
 		return;
-	struct open_slot *slot = slot_of(key->ino);
+	struct open_slot *slot = slot_of(key->ino, key->dev);
 	if (!slot)
 		return;
 	__u64 sequence = slot->sequence;
@@ -211,7 +219,7 @@ static __always_inline void remember_open(const struct open_key *key, __u32 perm
  * open through the new dentry can start before it is instantiated. */
 static __always_inline void forget_opens(struct inode *inode)
 {
-	struct open_slot *slot = slot_of(inode->i_ino);
+	struct open_slot *slot = slot_of(inode->i_ino, inode->i_sb->s_dev);
 	if (slot && slot->key.inode == (__u64)inode)
 		*(volatile __u64 *)&slot->key.inode = 0;
 }

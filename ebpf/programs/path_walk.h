@@ -304,6 +304,9 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
+	/* The cache's key for the path before anything is decided on the file: a rename that
+	 * moves it (into a protected directory, say) afterwards is one the key tells. */
+	int cacheable = open && open->inode && fill_open_path(open, subject.config, file);
 	/* What needs no path first: then the path is resolved for path rules, to report, or to
 	 * model. */
 	struct palisade_verdict by_file = {};
@@ -314,11 +317,15 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	    (inode->i_mode & S_IFMT) == S_IFBLK)
 		consider(&by_file, subject.policy->block_device_open.action,
 			 subject.policy->block_device_open.rule_id);
-	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE && !modeling(&subject))
+	/* Only the path can still decide an open the cache may answer, and never one of a policy
+	 * that models: a runtime's open during setup, not modeled, would hide the workload's. */
+	cacheable = cacheable && by_file.action == PALISADE_ACTION_NONE &&
+		    !(subject.policy->flags & PALISADE_POLICY_MODELING);
+	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE && !modeling(&subject)) {
+		if (cacheable)
+			remember_open(open, perms);
 		return 0;
-	/* Only the path can still decide an open the cache may answer. */
-	int cacheable = open && open->inode && by_file.action == PALISADE_ACTION_NONE &&
-			!modeling(&subject) && fill_open_path(open, subject.config, file);
+	}
 	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);
 	len = without_deleted_suffix(s, file->f_path.dentry, len);
 	/* d_path also answers "/" for a file cut off from its mount, discarding the names it built

@@ -184,8 +184,10 @@ impl Enforcer {
         // Their entries are not live either: retired first, their decision counts kept.
         self.retire_released();
         self.programs.remove_other_builds()?;
-        let (live, stale_targets) = self.table.remove_earlier()?;
+        // Some may be removed even when it fails.
+        let removed = self.table.remove_earlier();
         self.forget_opens();
+        let (live, stale_targets) = removed?;
         self.protected.remove_others()?;
         self.publish_levels()?;
         self.store.wait_for_running_programs()?;
@@ -419,6 +421,8 @@ impl Enforcer {
                 .wait_for_running_programs()
                 .and_then(|()| self.table.repoint(old.policy_id, policy_id));
             if let Err(err) = repointed {
+                // Some may be repointed.
+                self.forget_opens();
                 warn!(
                     policy_id = old.policy_id,
                     "cgroups armed with a replaced stage keep it until their policy is applied, \

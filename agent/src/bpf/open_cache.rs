@@ -3,7 +3,10 @@
 //! path advances it once the change is made: the enforcer (targets, the policies they point at)
 //! and the protected files (a file newly kept from targets) both hold this handle.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{
+    Arc, Mutex, PoisonError,
+    atomic::{Ordering, fence},
+};
 
 use aya::maps::{Array, MapData, MapError};
 
@@ -24,6 +27,10 @@ impl OpenCache {
     pub fn forget(&self) -> Result<(), MapError> {
         let mut epoch = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let next = epoch.get(&0, 0)?.wrapping_add(1);
+        // The change, written by the kernel on this thread, visible to every CPU before the
+        // epoch is (a store may pass an earlier one on arm64): the programs read the epoch
+        // first.
+        fence(Ordering::SeqCst);
         epoch.set(0, next, 0)
     }
 }
