@@ -6,8 +6,8 @@
  * - the opener's cgroup and the cache's epoch (`open_epoch`), which the agent advances after
  *   every change of targets, of the policies they point at and of its protected files, and at
  *   its start: within one epoch a cgroup has one target, one policy and the same protected
- *   files. (While nothing is targeted, lsm/d_instantiate does not keep the slots: targeting
- *   resumes with a change, in a new epoch.);
+ *   files (while nothing is targeted, lsm/d_instantiate does not keep the slots: targeting
+ *   resumes with a change, in a new epoch);
  * - the inode (address, number, device), and the mount and dentry it was opened through: another
  *   mount or namespace is another mount, another name another dentry. A new dentry of the inode
  *   (a lookup, a link, a file handle decoded, a new inode's first: lsm/d_instantiate) empties its
@@ -41,7 +41,7 @@
 
 /* What an open's decision rests on. Kernel pointers are compared, never followed. */
 struct open_key {
-	__u64 inode; /* 0: no key (open_needs_nothing found no epoch) */
+	__u64 inode; /* 0: no key (no cache: the seqlocks were not found) */
 	__u64 cgroup;
 	__u64 ino;
 	__u64 file_mnt;
