@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The open verdict cache: the permissions a target's open of a file was decided to need nothing
- * for (no denial, no report, not modeled), so that the next such open is answered before the
- * target is even looked up. A slot holds while nothing the decision rested on can have changed:
+ * for (no denial, no report, no modeling policy), so that the next such open is answered before
+ * the target is even looked up. A slot holds while nothing the decision rested on can have
+ * changed:
  * - the opener's cgroup and the cache's epoch (`open_epoch`), which the agent advances after
  *   every change of targets, of the policies they point at and of its protected files, and at
  *   its start: within one epoch a cgroup has one target, one policy and the same protected
@@ -41,7 +42,7 @@
 
 /* What an open's decision rests on. Kernel pointers are compared, never followed. */
 struct open_key {
-	__u64 inode; /* 0: no key (no cache: the seqlocks were not found) */
+	__u64 inode; /* 0: no key (no cache: the seqlocks, or the maps, were not found) */
 	__u64 cgroup;
 	__u64 ino;
 	__u64 file_mnt;
@@ -186,7 +187,8 @@ static __always_inline int open_needs_nothing(struct open_key *key, struct file 
  * Records that the open `key` needs nothing for `perms`; a slot of another open is replaced.
  * Not when the opener's root changed since the key was read (a thread sharing it may have
  * changed it, or changed it and back, while the path was resolved), nor its cgroup (the
- * decision may be of the target it was moved to).
+ * decision may be of the target it was moved to; moved there and back, it was moved by one
+ * who could have opened the file from there).
  */
 static __always_inline void remember_open(const struct open_key *key, __u32 perms)
 {

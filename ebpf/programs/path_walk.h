@@ -305,8 +305,12 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	if (!s)
 		return 0;
 	/* The cache's key for the path before anything is decided on the file: a rename that
-	 * moves it (into a protected directory, say) afterwards is one the key tells. */
+	 * moves it (into a protected directory, say) afterwards is one the key tells. A full
+	 * barrier after it (an exchange, on this CPU's memory): the file's parent is read later
+	 * on arm64 too. */
 	int cacheable = open && open->inode && fill_open_path(open, subject.config, file);
+	if (cacheable)
+		__sync_val_compare_and_swap(&s->fence, 0, 0);
 	/* What needs no path first: then the path is resolved for path rules, to report, or to
 	 * model. */
 	struct palisade_verdict by_file = {};
