@@ -83,7 +83,12 @@ struct vfsmount {
 	struct super_block *mnt_sb;
 };
 
-struct mnt_namespace;
+/* A mount namespace (fs/mount.h): `seq` numbers it, never reused; `event` advances with every
+ * change of its mount tree. */
+struct mnt_namespace {
+	__u64 seq;
+	__u64 event;
+};
 
 /* The mount a vfsmount is embedded in (fs/mount.h). */
 struct mount {

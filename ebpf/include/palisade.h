@@ -273,10 +273,6 @@ struct palisade_config {
 	__u64 audit_burst_ns;
 	__u32 measure_cost; /* 1: account the time decisions take in `hook_cost` */
 	__u32 reserved;
-	/* The addresses of the kernel's rename_lock and mount_lock (seqlock_t, from kallsyms) that
-	 * the open verdict cache follows; 0 when not found: every open then resolves its path. */
-	__u64 rename_lock;
-	__u64 mount_lock;
 };
 
 /* The global `gate`: whether `config` has any level in target_levels (targeted) and in

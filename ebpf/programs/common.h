@@ -193,7 +193,7 @@ struct scratch {
 	__u64 ancestors[PLACE_MAX_DEPTH];
 	struct palisade_trie_key key;
 	struct palisade_model_key model; /* model.h */
-	__u64 fence; /* open_cache.h */
+	__u64 fence; /* full_barrier */
 };
 
 struct {
@@ -208,6 +208,14 @@ static __always_inline struct scratch *scratch_memory(void)
 {
 	__u32 zero = 0;
 	return bpf_map_lookup_elem(&scratch_space, &zero);
+}
+
+/* A full barrier: no load or store after it is done before one before it. An exchange (an add
+ * whose result is unused is not a barrier on arm64), on this CPU's scratch memory so that no
+ * cache line bounces between CPUs. */
+static __always_inline void full_barrier(struct scratch *s)
+{
+	__sync_val_compare_and_swap(&s->fence, 0, 0);
 }
 
 static __always_inline void stat_inc(__u32 index)

@@ -71,6 +71,38 @@ int BPF_PROG(d_instantiate, struct dentry *dentry, struct inode *inode)
 }
 
 /*
+ * Every move of a dentry (rename, exchange, a directory alias spliced in) is __d_move's work,
+ * under the kernel's rename_lock: `dentry_moves` counts it at its start and at its end, for the
+ * open verdict cache. (Named for what they count: they run on a kernel function, not on an LSM
+ * hook.)
+ */
+static __always_inline void count_dentry_move(void)
+{
+	__u32 zero = 0;
+	__u64 *moves = bpf_map_lookup_elem(&dentry_moves, &zero);
+	if (!moves)
+		return;
+	/* Used, the add is fully ordered (unused, it is not on arm64): begun, counted before
+	 * any name changes; ended, after. */
+	__u64 before = __sync_fetch_and_add(moves, 1);
+	asm volatile("" ::"r"(before));
+}
+
+SEC("fentry/__d_move")
+int BPF_PROG(dentry_move_start)
+{
+	count_dentry_move();
+	return 0;
+}
+
+SEC("fexit/__d_move")
+int BPF_PROG(dentry_move_end)
+{
+	count_dentry_move();
+	return 0;
+}
+
+/*
  * A file passed to the task already open (SCM_RIGHTS, pidfd_getfd, seccomp's addfd): decided as
  * if the task had opened it with the same access.
  */

@@ -16,11 +16,14 @@
  *   the old;
  * - the opener's root (chroot), also by its inode (a root dentry freed and its memory reused for
  *   another directory's is not the same root);
- * - the kernel's rename_lock, whose sequence every dentry move advances (rename, exchange, a
- *   directory alias spliced in, a mount on a dentry), and mount_lock, advanced by every change of
- *   the mount tree: d_path reads the same two to know that the path it built is whole. Both are
- *   32 bits: a slot older than OPEN_SLOT_LIFETIME jiffies is not used, long before a sequence
- *   could come round to its value again.
+ * - `dentry_moves`, the count of the kernel's dentry moves (rename, exchange, a directory alias
+ *   spliced in) begun and ended, which the programs on __d_move keep; and the opener's mount
+ *   namespace, by its number and the count of changes of its mount tree (mount, move, umount,
+ *   pivot_root) the kernel keeps in it. A slot is only written for a file on a mount of that
+ *   namespace: the file's name is made of the names of its dentry and their parents up to their
+ *   mount's root, and of where the mounts above it are mounted in that namespace.
+ * A slot older than OPEN_SLOT_LIFETIME jiffies is not used either: it bounds how long a change
+ * the agent failed to mark with a new epoch goes unseen.
  * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its number and device: its
  * memory is fixed at load, whatever the targets open. A slot is written under its own sequence
  * (odd while written; a writer that finds it odd or loses the race to make it odd leaves the
@@ -35,14 +38,23 @@
 #define OPEN_SLOT_BITS 14
 #define OPEN_SLOTS (1u << OPEN_SLOT_BITS)
 
-/* rename_lock advances by 2 per dentry move: coming round takes 2^31 moves, over half an hour
- * at a million renames a second. 10 s at HZ=1000, 100 s at HZ=100: jiffies cost one load where
- * a clock read costs tens of instructions. */
+/* 10 s at HZ=1000, 100 s at HZ=100: jiffies cost one load where a clock read costs tens of
+ * instructions. */
 #define OPEN_SLOT_LIFETIME 10000
+
+/* Element 0: dentry moves begun plus moves ended (file.bpf.c), odd while one is under way. A
+ * map, not global data: the loader writes a global's initial value also into a pinned copy it
+ * adopts, and a count taken back could match a slot's again. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} dentry_moves SEC(".maps");
 
 /* What an open's decision rests on. Kernel pointers are compared, never followed. */
 struct open_key {
-	__u64 inode; /* 0: no key (no cache: the seqlocks, or the maps, were not found) */
+	__u64 inode; /* 0: no key */
 	__u64 cgroup;
 	__u64 ino;
 	__u64 file_mnt;
@@ -50,10 +62,13 @@ struct open_key {
 	__u64 root_mnt;
 	__u64 root_dentry;
 	__u64 root_ino;
+	__u64 moves; /* dentry_moves */
+	/* The opener's mount namespace by its number (another allocated at a freed one's address
+	 * has another), and its count of mount tree changes. */
+	__u64 mount_ns;
+	__u64 mount_events;
 	__u32 dev;
 	__u32 epoch;
-	__u32 renames; /* rename_lock's sequence */
-	__u32 mounts;  /* mount_lock's sequence */
 	/* Not compared: the opener's fs_struct sequence, which must not change (a chroot) between
 	 * the key and the slot's write. */
 	__u32 root_sequence;
@@ -83,16 +98,6 @@ struct {
 	__type(value, struct open_slot);
 } open_verdicts SEC(".maps");
 
-/* The sequence of a kernel seqlock at `address` (its first word): odd while it is written, and
- * when it cannot be read. */
-static __always_inline __u32 seqlock_sequence(__u64 address)
-{
-	__u32 sequence;
-	if (!address || bpf_probe_read_kernel(&sequence, sizeof(sequence), (const void *)address))
-		return 1;
-	return sequence;
-}
-
 /* The slot of the inode `ino` on device `dev` (NULL never in practice). The device too: the
  * overlays of containers of one image have inodes of the same numbers. */
 static __always_inline struct open_slot *slot_of(__u64 ino, __u64 dev)
@@ -112,18 +117,27 @@ static __always_inline __u32 root_sequence(struct fs_struct *fs)
 
 /*
  * Fills the path's part of `key`, the current task's open of `file`, before the path is resolved
- * (a rename or mount that starts later changes the sequences the slot is stored under); false
- * while a name, mount or the task's root is changing, or when the seqlocks were not found.
+ * (a rename or mount that starts later changes the counts the slot is stored under); false
+ * while a dentry moves or the task's root is changing, and for a task without namespaces (one
+ * exiting).
  */
-static __always_inline int fill_open_path(struct open_key *key, const struct palisade_config *cfg,
-					  struct file *file)
+static __always_inline int fill_open_path(struct open_key *key, struct file *file)
 {
-	key->renames = seqlock_sequence(cfg->rename_lock);
-	key->mounts = seqlock_sequence(cfg->mount_lock);
-	/* Loads through the task's BTF pointer rather than a probe read per field. */
-	struct fs_struct *fs = bpf_get_current_task_btf()->fs;
+	__u32 zero = 0;
+	__u64 *moves = bpf_map_lookup_elem(&dentry_moves, &zero);
+	if (!moves)
+		return 0;
+	key->moves = *(volatile __u64 *)moves;
+	/* Loads through the task's BTF pointers rather than a probe read per field. */
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct mnt_namespace *ns = task->nsproxy->mnt_ns;
+	if (!ns)
+		return 0;
+	key->mount_ns = ns->seq;
+	key->mount_events = *(volatile __u64 *)&ns->event;
+	struct fs_struct *fs = task->fs;
 	key->root_sequence = root_sequence(fs);
-	if ((key->renames | key->mounts | key->root_sequence) & 1)
+	if ((key->moves | key->root_sequence) & 1)
 		return 0;
 	key->file_mnt = (__u64)file->f_path.mnt;
 	key->file_dentry = (__u64)file->f_path.dentry;
@@ -141,21 +155,21 @@ static __always_inline int same_open(const struct open_key *a, const struct open
 	       a->dev == b->dev && a->epoch == b->epoch && a->file_mnt == b->file_mnt &&
 	       a->file_dentry == b->file_dentry && a->root_mnt == b->root_mnt &&
 	       a->root_dentry == b->root_dentry && a->root_ino == b->root_ino &&
-	       a->renames == b->renames && a->mounts == b->mounts;
+	       a->moves == b->moves && a->mount_ns == b->mount_ns &&
+	       a->mount_events == b->mount_events;
 }
 
 /*
  * Whether the cache says the current task's open of `file` needs nothing for `perms`. Starts
  * `key` on the way (epoch, cgroup, inode), for the decision that follows a miss, and
  * orders the epoch's load before that decision's: what it reads is what the agent published at
- * that epoch or later. Without the seqlocks, there is no cache and no key.
+ * that epoch or later.
  */
 static __always_inline int open_needs_nothing(struct open_key *key, struct file *file, __u32 perms)
 {
 	__u32 zero = 0;
-	struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
 	__u32 *epoch = bpf_map_lookup_elem(&open_epoch, &zero);
-	if (!cfg || !cfg->rename_lock || !epoch) {
+	if (!epoch) {
 		key->inode = 0;
 		return 0;
 	}
@@ -169,18 +183,21 @@ static __always_inline int open_needs_nothing(struct open_key *key, struct file 
 	if (slot && slot->key.inode == key->inode && slot->key.cgroup == key->cgroup) {
 		/* Atomic reads: ordered before and after the comparison on every architecture. */
 		__u64 sequence = __sync_fetch_and_add(&slot->sequence, 0);
-		if (!(sequence & 1) && fill_open_path(key, cfg, file) &&
+		if (!(sequence & 1) && fill_open_path(key, file) &&
 		    (slot->perms & perms) == perms && same_open(&slot->key, key) &&
 		    bpf_jiffies64() - slot->written < OPEN_SLOT_LIFETIME &&
 		    __sync_fetch_and_add(&slot->sequence, 0) == sequence)
 			return 1;
 	}
-	/* A full barrier (an exchange: an add whose result is unused is not one on arm64), on this
-	 * CPU's memory so that no line bounces between CPUs. */
 	struct scratch *s = scratch_memory();
 	if (s)
-		__sync_val_compare_and_swap(&s->fence, 0, 0);
+		full_barrier(s);
 	return 0;
+}
+
+static __always_inline __u64 real_mount(__u64 vfsmnt)
+{
+	return vfsmnt - bpf_core_field_offset(struct mount, mnt);
 }
 
 /*
@@ -188,14 +205,22 @@ static __always_inline int open_needs_nothing(struct open_key *key, struct file 
  * Not when the opener's root changed since the key was read (a thread sharing it may have
  * changed it, or changed it and back, while the path was resolved), nor its cgroup (the
  * decision may be of the target it was moved to; moved there and back, it was moved by one
- * who could have opened the file from there).
+ * who could have opened the file from there). Nor for a file on a mount of another namespace
+ * (reached through /proc/PID/root, say) or of none (detached): its namespace's mount tree
+ * changes are not the opener's.
  */
 static __always_inline void remember_open(const struct open_key *key, __u32 perms)
 {
-	struct fs_struct *fs = bpf_get_current_task_btf()->fs;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fs_struct *fs = task->fs;
 	struct path root = fs->root;
 	if ((__u64)root.mnt != key->root_mnt || (__u64)root.dentry != key->root_dentry ||
 	    root_sequence(fs) != key->root_sequence || bpf_get_current_cgroup_id() != key->cgroup)
+		return;
+	struct mnt_namespace *ns = task->nsproxy->mnt_ns;
+	/* Outside BPF_CORE_READ, whose every field access is relocated against the kernel's types. */
+	struct mount *mount = (struct mount *)real_mount(key->file_mnt);
+	if (!ns || ns->seq != key->mount_ns || (__u64)BPF_CORE_READ(mount, mnt_ns) != (__u64)ns)
 		return;
 	struct open_slot *slot = slot_of(key->ino, key->dev);
 	if (!slot)

@@ -30,11 +30,6 @@ struct walk {
 	__u32 outside_mount; /* the parents ended at a root dentry that is not the mount's root */
 };
 
-static __always_inline __u64 real_mount(__u64 vfsmnt)
-{
-	return vfsmnt - bpf_core_field_offset(struct mount, mnt);
-}
-
 /* Whether a mount is the kernel's own (kern_mount: pipes, sockets, memfd), in no namespace. */
 static __always_inline int internal_mount(__u64 vfsmnt)
 {
@@ -306,11 +301,10 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 		return 0;
 	/* The cache's key for the path before anything is decided on the file: a rename that
 	 * moves it (into a protected directory, say) afterwards is one the key tells. A full
-	 * barrier after it (an exchange, on this CPU's memory): the file's parent is read later
-	 * on arm64 too. */
-	int cacheable = open && open->inode && fill_open_path(open, subject.config, file);
+	 * barrier after it: the file's parent is read later on arm64 too. */
+	int cacheable = open && open->inode && fill_open_path(open, file);
 	if (cacheable)
-		__sync_val_compare_and_swap(&s->fence, 0, 0);
+		full_barrier(s);
 	/* What needs no path first: then the path is resolved for path rules, to report, or to
 	 * model. */
 	struct palisade_verdict by_file = {};

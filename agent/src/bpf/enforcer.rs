@@ -19,7 +19,6 @@ use super::{
     counters::Counters,
     loader::Programs,
     records::{ModelRecords, Records},
-    seqlocks::SeqLocks,
     store::{PolicyMaps, PolicyStore, ProgramsBarrier},
     table::{Installed, LEVELS, Levels, Slot, TargetTable},
 };
@@ -122,14 +121,6 @@ impl Enforcer {
             targets: pinned.target_levels,
             enforced: pinned.enforced_levels,
         };
-        let seqlocks = SeqLocks::find()
-            .inspect_err(|err| {
-                warn!(
-                    "the open verdict cache is off ({err}): every open in a target with path \
-                     rules resolves its path"
-                );
-            })
-            .ok();
         let open_cache = OpenCache::new(open_epoch).map_err(|source| LoadError::MapSetup {
             name: "open_epoch",
             source,
@@ -142,8 +133,6 @@ impl Enforcer {
                 protected_pid: std::process::id().into(),
                 target_levels: adopted_levels.targets,
                 enforced_levels: adopted_levels.enforced,
-                rename_lock: seqlocks.map_or(0, |locks| locks.rename_lock),
-                mount_lock: seqlocks.map_or(0, |locks| locks.mount_lock),
                 ..Config::default()
             },
             gate,
@@ -552,15 +541,11 @@ impl Enforcer {
         }
     }
 
-    /// After a change of targets: every open is decided again. (A failure to advance a
-    /// one-entry array is not to be expected; its cost is bounded by a slot's lifetime.)
+    /// After a change of targets: every open is decided again.
     fn forget_opens(&self) {
-        if let Err(err) = self.open_cache.forget() {
-            warn!(
-                "opens a target made before a policy change may be allowed as before it for up \
-                 to 100 s: {err}"
-            );
-        }
+        self.open_cache.forget_or_warn(
+            "opens a target made before a policy change may be allowed as before it",
+        );
     }
 
     /// Publishes the table's levels, if they changed.

@@ -94,6 +94,7 @@ maps! {
     }
     kernel_only {
         audit_buckets,
+        dentry_moves,
         open_verdicts,
         reported,
         runtime_setup,
@@ -135,6 +136,29 @@ pub const PROGRAMS: &[&str] = &[
     "kernfs_init_security",
     "inode_init_security_anon",
 ];
+
+/// Where a program that is not on an LSM hook runs: at the entry or at the exit of a kernel
+/// function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Traced {
+    Entry(&'static str),
+    Exit(&'static str),
+}
+
+/// The programs on kernel functions, each named after what it does: those on `__d_move` count
+/// the kernel's dentry moves for the open verdict cache (ebpf/programs/open_cache.h).
+pub const TRACING_PROGRAMS: &[(&str, Traced)] = &[
+    ("dentry_move_start", Traced::Entry("__d_move")),
+    ("dentry_move_end", Traced::Exit("__d_move")),
+];
+
+/// Every program of the object: the LSM programs, then the tracing ones.
+pub(crate) fn program_names() -> impl Iterator<Item = &'static str> {
+    PROGRAMS
+        .iter()
+        .copied()
+        .chain(TRACING_PROGRAMS.iter().map(|(name, _)| *name))
+}
 
 /// The `pending` key of the cgroup `name` below `parent_id`; None for a name the kernel cannot
 /// arm (empty, with a slash, or too long).
@@ -316,17 +340,27 @@ mod tests {
         let object = object();
         let mut defined: Vec<&str> = object.programs.keys().map(String::as_str).collect();
         defined.sort();
-        let mut listed = PROGRAMS.to_vec();
+        let mut listed: Vec<&str> = program_names().collect();
         listed.sort();
         assert_eq!(
             defined, listed,
             "the object's programs (left) are not the agent's"
         );
         for (name, program) in &object.programs {
-            assert!(
-                matches!(program.section, ProgramSection::Lsm { sleepable: false }),
-                "{name} is not an LSM program"
-            );
+            let traced = TRACING_PROGRAMS
+                .iter()
+                .find(|(traced, _)| traced == name)
+                .map(|(_, traced)| traced);
+            let expected = match traced {
+                None => matches!(program.section, ProgramSection::Lsm { sleepable: false }),
+                Some(Traced::Entry(_)) => {
+                    matches!(program.section, ProgramSection::FEntry { sleepable: false })
+                }
+                Some(Traced::Exit(_)) => {
+                    matches!(program.section, ProgramSection::FExit { sleepable: false })
+                }
+            };
+            assert!(expected, "{name} is not attached as the agent attaches it");
         }
         for hook in HOOKS {
             assert!(

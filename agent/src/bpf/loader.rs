@@ -5,13 +5,43 @@ use std::collections::HashMap;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    programs::{Lsm, ProgramError, links::FdLink},
+    programs::{FEntry, FExit, Lsm, ProgramError, links::FdLink},
 };
 use tracing::{info, warn};
 
 use super::{
-    LoadError, MAPS, MapSizes, Maps, MeasureError, OBJECT, PROGRAMS, PinnedState, Preflight, pinned,
+    LoadError, MAPS, MapSizes, Maps, MeasureError, OBJECT, PROGRAMS, PinnedState, Preflight,
+    TRACING_PROGRAMS, Traced, layout::program_names, pinned,
 };
+
+/// Loads the program `$name` of the type `$kind` for its hook or function `$target` and attaches
+/// it; with `$pinned`, its link is pinned (in place of one an interrupted start left) and
+/// outlives the agent.
+macro_rules! load_and_attach {
+    ($ebpf:expr, $kind:ty, $name:expr, $target:expr, $btf:expr, $pinned:expr) => {{
+        let name: &'static str = $name;
+        let program: &mut $kind = $ebpf
+            .program_mut(name)
+            .and_then(|program| program.try_into().ok())
+            .ok_or(LoadError::MissingProgram(name))?;
+        program
+            .load($target, $btf)
+            .map_err(|err| LoadError::program("load", name, err))?;
+        let link = program
+            .attach()
+            .map_err(|err| LoadError::program("attach", name, err))?;
+        if let Some(state) = $pinned {
+            let link = program
+                .take_link(link)
+                .map_err(|err| LoadError::program("attach", name, err))?;
+            let path = state.link(name);
+            let _ = std::fs::remove_file(&path);
+            FdLink::from(link)
+                .pin(&path)
+                .map_err(|err| LoadError::pin(&path, err))?;
+        }
+    }};
+}
 
 pub(super) struct Programs {
     // Owns the programs, and their links unless pinned: dropping it detaches those.
@@ -56,7 +86,7 @@ impl Programs {
                 let dir = state.dir().join(dir);
                 std::fs::create_dir_all(&dir).map_err(|err| LoadError::pin(&dir, err))?;
             }
-            adopted = state.links_complete(PROGRAMS);
+            adopted = state.links_complete(program_names());
             for name in MAPS {
                 loader.map_pin_path(name, state.map(name));
             }
@@ -64,26 +94,16 @@ impl Programs {
         let mut ebpf = loader.load(OBJECT)?;
         if !adopted {
             for name in PROGRAMS {
-                let program: &mut Lsm = ebpf
-                    .program_mut(name)
-                    .and_then(|program| program.try_into().ok())
-                    .ok_or(LoadError::MissingProgram(name))?;
-                program
-                    .load(name, &btf)
-                    .map_err(|err| LoadError::program("load", name, err))?;
-                let link = program
-                    .attach()
-                    .map_err(|err| LoadError::program("attach", name, err))?;
-                if let Some(state) = &pinned {
-                    // Attached first, then pinned in place of a link an interrupted start left.
-                    let link = program
-                        .take_link(link)
-                        .map_err(|err| LoadError::program("attach", name, err))?;
-                    let path = state.link(name);
-                    let _ = std::fs::remove_file(&path);
-                    FdLink::from(link)
-                        .pin(&path)
-                        .map_err(|err| LoadError::pin(&path, err))?;
+                load_and_attach!(ebpf, Lsm, *name, name, &btf, &pinned);
+            }
+            for (name, traced) in TRACING_PROGRAMS {
+                match traced {
+                    Traced::Entry(function) => {
+                        load_and_attach!(ebpf, FEntry, *name, function, &btf, &pinned)
+                    }
+                    Traced::Exit(function) => {
+                        load_and_attach!(ebpf, FExit, *name, function, &btf, &pinned)
+                    }
                 }
             }
         }
@@ -114,7 +134,7 @@ impl Programs {
     /// The ids of the attached programs, by the links they are attached through.
     pub fn ids(&self) -> Result<HashMap<u32, &'static str>, MeasureError> {
         let mut ids = HashMap::new();
-        for name in PROGRAMS {
+        for name in program_names() {
             let id = match &self.pinned {
                 Some(state) => FdLink::from(aya::programs::links::PinnedLink::from_pin(
                     state.link(name),
@@ -128,7 +148,7 @@ impl Programs {
                     .info()?
                     .id(),
             };
-            ids.insert(id, *name);
+            ids.insert(id, name);
         }
         Ok(ids)
     }

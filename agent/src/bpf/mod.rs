@@ -1,4 +1,4 @@
-//! The kernel side, seen from user space: loading and attaching the LSM programs (`loader`), and
+//! The kernel side, seen from user space: loading and attaching the programs (`loader`), and
 //! the maps through which policies are enforced: the policies' entries (`store`), which target
 //! has which (`table`), what the kernel counts (`counters`) and what it records for
 //! BehaviorModeling (`records`), and the open verdict cache's epoch (`open_cache`). `Enforcer`
@@ -16,7 +16,6 @@ mod preflight;
 mod protected;
 mod records;
 mod registry;
-mod seqlocks;
 mod sizes;
 mod store;
 mod table;
@@ -24,7 +23,7 @@ mod table;
 pub use counters::{DecisionCost, MeasureError, ProgramRuns, RuleCounts, RuleLabels, Stats};
 pub use enforcer::{AuditRate, Enforcer, RetireError};
 pub use hooks::{HOOKS, Hook, Subject, action_name, hook_name, hook_named};
-pub use layout::{Device, PROGRAMS, inode_key, pending_key};
+pub use layout::{Device, PROGRAMS, TRACING_PROGRAMS, Traced, inode_key, pending_key};
 pub(crate) use layout::{MAPS, Maps};
 use open_cache::OpenCache;
 pub use pinned::{DEFAULT_ROOT, PinnedState, object_version, remove as remove_pinned};
@@ -40,4 +39,4 @@ pub(crate) static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/palisade.bpf.o"));
 
 /// How many programs the agent attaches.
-pub const PROGRAM_COUNT: usize = PROGRAMS.len();
+pub const PROGRAM_COUNT: usize = PROGRAMS.len() + TRACING_PROGRAMS.len();

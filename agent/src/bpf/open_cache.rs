@@ -9,6 +9,7 @@ use std::sync::{
 };
 
 use aya::maps::{Array, MapData, MapError};
+use tracing::warn;
 
 #[derive(Clone)]
 pub struct OpenCache(Arc<Mutex<Array<MapData, u32>>>);
@@ -22,9 +23,19 @@ impl OpenCache {
         Ok(cache)
     }
 
+    /// Starts a new epoch, or warns that the opens `stale` names may go on being answered as
+    /// before the change until their slots end. (A failure to write a one-entry array is not to
+    /// be expected.)
+    pub fn forget_or_warn(&self, stale: &str) {
+        if let Err(err) = self.forget() {
+            // OPEN_SLOT_LIFETIME jiffies at the lowest HZ, 100.
+            warn!("{stale} for up to 100 s: {err}");
+        }
+    }
+
     /// Starts a new epoch: no open is answered from the cache by a decision made before. An
     /// error means the cache may still answer as before the change.
-    pub fn forget(&self) -> Result<(), MapError> {
+    fn forget(&self) -> Result<(), MapError> {
         let mut epoch = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let next = epoch.get(&0, 0)?.wrapping_add(1);
         // The change, written by the kernel on this thread, visible to every CPU before the

@@ -55,8 +55,10 @@ impl PinnedState {
     }
 
     /// Whether every program of this version is attached through a pinned link.
-    pub fn links_complete(&self, programs: &[&str]) -> bool {
-        programs.iter().all(|program| self.link(program).exists())
+    pub fn links_complete<'a>(&self, programs: impl IntoIterator<Item = &'a str>) -> bool {
+        programs
+            .into_iter()
+            .all(|program| self.link(program).exists())
     }
 
     /// What in the maps pinned for this version is not what the object defines (type, key and
@@ -166,13 +168,13 @@ mod tests {
         std::fs::create_dir_all(state.dir().join("links")).unwrap();
         std::fs::create_dir_all(root.join("v-older")).unwrap();
         assert_eq!(state.others().unwrap(), [root.join("v-older")]);
-        assert!(!state.links_complete(&["file_open"]));
+        assert!(!state.links_complete(["file_open"]));
         // Maps not pinned yet are no mismatch, unless programs are attached; a pin that is not
         // the map defined is.
         let sizes = MapSizes::default();
         assert_eq!(state.mismatch(crate::bpf::MAPS, &sizes), None);
         std::fs::write(state.link("file_open"), "").unwrap();
-        assert!(state.links_complete(&["file_open"]));
+        assert!(state.links_complete(["file_open"]));
         assert_eq!(
             state.mismatch(crate::bpf::MAPS, &sizes).as_deref(),
             Some("config is not pinned, its programs are")

@@ -35,7 +35,7 @@ pub enum LoadError {
         #[source]
         source: aya::maps::MapError,
     },
-    #[error("BPF program `{0}` is missing from the object or is not an LSM program")]
+    #[error("BPF program `{0}` is missing from the object or is not of the type it is attached as")]
     MissingProgram(&'static str),
     #[error(
         "loading BPF programs needs root (CAP_BPF, CAP_SYS_ADMIN and CAP_PERFMON); run as root"

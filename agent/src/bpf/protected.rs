@@ -12,7 +12,6 @@ use std::{
 
 use aya::maps::{HashMap as BpfHashMap, MapData, MapError};
 use palisade_common::{InodeKey, PROTECT_CHANGE, PROTECT_READ};
-use tracing::warn;
 
 use super::{OpenCache, inode_key};
 
@@ -104,13 +103,10 @@ impl ProtectedFiles {
         }
         inner.map.insert(key, bits, 0)?;
         inner.own.insert(key, bits);
-        if let Err(err) = inner.open_cache.forget() {
-            // Protected all the same, from every open not cached before.
-            warn!(
-                "a target that opened a file before it was protected may open it again for up \
-                 to 100 s: {err}"
-            );
-        }
+        // Protected all the same from every open not cached before.
+        inner.open_cache.forget_or_warn(
+            "a target that opened a file before it was protected may open it again",
+        );
         Ok(key)
     }
 

@@ -1,9 +1,10 @@
 //! A path rule is decided by the name the opener's kernel resolves at the moment of the open:
-//! after a rename of an ancestor directory, through a second mount of the same directory, in
-//! another mount namespace, under another root, and on the first open after a policy update or
-//! after a cgroup inside a target gets a policy of its own. Each test opens the same file under
-//! one answer first, then checks the other: the open verdict cache (ebpf/programs/open_cache.h),
-//! had it missed a change of name, mount, root or policy, would fail it.
+//! after a rename of an ancestor directory or a move of its mount, through a second mount of the
+//! same directory, in another mount namespace, under another root, and on the first open after a
+//! policy update or after a cgroup inside a target gets a policy of its own. Each test opens the
+//! same file under one answer first, then checks the other: the open verdict cache
+//! (ebpf/programs/open_cache.h), had it missed a change of name, mount, root or policy, would
+//! fail it.
 
 use palisade_agent::targets::Cgroup;
 use palisade_kernel_tests::{Answer, EPERM, Kernel, deny_read, file, policy, probe, sh};
@@ -104,6 +105,31 @@ fn a_second_mount_of_a_denied_directory_leaves_its_own_name_denied() {
     assert_eq!(
         read(&mut kernel, &target, denied),
         (EPERM, vec![denied.to_owned()])
+    );
+}
+
+#[test]
+fn a_file_whose_mount_is_moved_into_a_denied_directory_is_denied_at_once() {
+    let mut kernel = Kernel::new();
+    let target = denying_under(&mut kernel, "moved-mount", "/tmp/moved-mount/secret");
+    file("/tmp/moved-mount/source/deep/file");
+    let before = "/tmp/moved-mount/public/deep/file";
+    let after = "/tmp/moved-mount/secret/public/deep/file";
+    let _mount = BindMount::new("/tmp/moved-mount/source", "/tmp/moved-mount/public");
+    assert_eq!(read(&mut kernel, &target, before), (Answer::Ok, vec![]));
+    sh("mkdir -p /tmp/moved-mount/secret/public && \
+        mount --move /tmp/moved-mount/public /tmp/moved-mount/secret/public");
+    assert_eq!(
+        read(&mut kernel, &target, after),
+        (EPERM, vec![after.to_owned()]),
+        "the file read a moment before, on its mount moved"
+    );
+    assert_eq!(probe(None, &["read", after]), Answer::Ok);
+    sh("mount --move /tmp/moved-mount/secret/public /tmp/moved-mount/public");
+    assert_eq!(
+        read(&mut kernel, &target, before),
+        (Answer::Ok, vec![]),
+        "moved back"
     );
 }
 
