@@ -83,10 +83,9 @@ struct vfsmount {
 	struct super_block *mnt_sb;
 };
 
-/* A mount namespace (fs/mount.h): `seq` numbers it, never reused; `event` advances with every
- * change of its mount tree. */
+/* A mount namespace (fs/mount.h): `event` takes the kernel's next event number at every change
+ * of its mount tree. */
 struct mnt_namespace {
-	__u64 seq;
 	__u64 event;
 };
 

@@ -72,33 +72,37 @@ int BPF_PROG(d_instantiate, struct dentry *dentry, struct inode *inode)
 
 /*
  * Every move of a dentry (rename, exchange, a directory alias spliced in) is __d_move's work,
- * under the kernel's rename_lock: `dentry_moves` counts it at its start and at its end, for the
- * open verdict cache. (Named for what they count: they run on a kernel function, not on an LSM
- * hook.)
+ * under the kernel's rename_lock: `dentry_moves` counts it at its start (to odd) and at its end
+ * (to even), for the open verdict cache. (Named for what they count: they run on a kernel
+ * function, not on an LSM hook.)
  */
-static __always_inline void count_dentry_move(void)
+static __always_inline void count_dentry_move(__u64 parity)
 {
 	__u32 zero = 0;
 	__u64 *moves = bpf_map_lookup_elem(&dentry_moves, &zero);
 	if (!moves)
 		return;
-	/* Used, the add is fully ordered (unused, it is not on arm64): begun, counted before
-	 * any name changes; ended, after. */
-	__u64 before = __sync_fetch_and_add(moves, 1);
+	/* Moves are one at a time, under rename_lock: no other program writes the count between
+	 * this read and the add. A count already of the parity (the other program missed a move,
+	 * attached after it began) advances by 2: it changes all the same, and a missed start or
+	 * end is not carried on to every move after. Used, the add is fully ordered (unused, it is
+	 * not on arm64): begun, counted before any name changes; ended, after. */
+	__u64 step = (*moves & 1) == parity ? 2 : 1;
+	__u64 before = __sync_fetch_and_add(moves, step);
 	asm volatile("" ::"r"(before));
 }
 
 SEC("fentry/__d_move")
 int BPF_PROG(dentry_move_start)
 {
-	count_dentry_move();
+	count_dentry_move(1);
 	return 0;
 }
 
 SEC("fexit/__d_move")
 int BPF_PROG(dentry_move_end)
 {
-	count_dentry_move();
+	count_dentry_move(0);
 	return 0;
 }
 

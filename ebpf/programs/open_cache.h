@@ -18,10 +18,13 @@
  *   another directory's is not the same root);
  * - `dentry_moves`, the count of the kernel's dentry moves (rename, exchange, a directory alias
  *   spliced in) begun and ended, which the programs on __d_move keep; and the opener's mount
- *   namespace, by its number and the count of changes of its mount tree (mount, move, umount,
- *   pivot_root) the kernel keeps in it. A slot is only written for a file on a mount of that
- *   namespace: the file's name is made of the names of its dentry and their parents up to their
- *   mount's root, and of where the mounts above it are mounted in that namespace.
+ *   namespace with the count of changes of its mount tree (mount, move, umount, pivot_root) the
+ *   kernel keeps in it. A slot is only written for a file on a mount of that namespace: the
+ *   file's name is made of the names of its dentry and their parents up to their mount's root,
+ *   and of where the mounts above it are mounted in that namespace. The count is the kernel's
+ *   global event number at the namespace's last change, 0 before the first: a namespace whose
+ *   tree never changed is not cached, so that another allocated where a freed one was is never
+ *   taken for it.
  * A slot older than OPEN_SLOT_LIFETIME jiffies is not used either: it bounds how long a change
  * the agent failed to mark with a new epoch goes unseen.
  * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its number and device: its
@@ -63,10 +66,8 @@ struct open_key {
 	__u64 root_dentry;
 	__u64 root_ino;
 	__u64 moves; /* dentry_moves */
-	/* The opener's mount namespace by its number (another allocated at a freed one's address
-	 * has another), and its count of mount tree changes. */
-	__u64 mount_ns;
-	__u64 mount_events;
+	__u64 mount_ns; /* the opener's mount namespace */
+	__u64 mount_events; /* its event number */
 	__u32 dev;
 	__u32 epoch;
 	/* Not compared: the opener's fs_struct sequence, which must not change (a chroot) between
@@ -118,8 +119,8 @@ static __always_inline __u32 root_sequence(struct fs_struct *fs)
 /*
  * Fills the path's part of `key`, the current task's open of `file`, before the path is resolved
  * (a rename or mount that starts later changes the counts the slot is stored under); false
- * while a dentry moves or the task's root is changing, and for a task without namespaces (one
- * exiting).
+ * while a dentry moves or the task's root is changing, for a task without namespaces (one
+ * exiting), and in a mount namespace whose tree never changed.
  */
 static __always_inline int fill_open_path(struct open_key *key, struct file *file)
 {
@@ -133,8 +134,10 @@ static __always_inline int fill_open_path(struct open_key *key, struct file *fil
 	struct mnt_namespace *ns = task->nsproxy->mnt_ns;
 	if (!ns)
 		return 0;
-	key->mount_ns = ns->seq;
+	key->mount_ns = (__u64)ns;
 	key->mount_events = *(volatile __u64 *)&ns->event;
+	if (!key->mount_events)
+		return 0;
 	struct fs_struct *fs = task->fs;
 	key->root_sequence = root_sequence(fs);
 	if ((key->moves | key->root_sequence) & 1)
@@ -220,7 +223,7 @@ static __always_inline void remember_open(const struct open_key *key, __u32 perm
 	struct mnt_namespace *ns = task->nsproxy->mnt_ns;
 	/* Outside BPF_CORE_READ, whose every field access is relocated against the kernel's types. */
 	struct mount *mount = (struct mount *)real_mount(key->file_mnt);
-	if (!ns || ns->seq != key->mount_ns || (__u64)BPF_CORE_READ(mount, mnt_ns) != (__u64)ns)
+	if ((__u64)ns != key->mount_ns || (__u64)BPF_CORE_READ(mount, mnt_ns) != key->mount_ns)
 		return;
 	struct open_slot *slot = slot_of(key->ino, key->dev);
 	if (!slot)

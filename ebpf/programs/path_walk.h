@@ -328,8 +328,8 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	len = without_deleted_suffix(s, file->f_path.dentry, len);
 	/* d_path also answers "/" for a file cut off from its mount, discarding the names it built
 	 * (prepend_path returns 3, which d_path ignores): the walk tells that from a real root. The
-	 * mount it may place the file under depends on the task's mount namespace, which the
-	 * cache's key does not hold. */
+	 * mount it places the file under is one of several of its file system (mount_holding),
+	 * which the cache's key does not follow: not cached. */
 	if (len == 2) {
 		len = walk_path(s, file->f_path.dentry, file->f_path.mnt);
 		cacheable = 0;

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
+    maps::{Array, MapData},
     programs::{FEntry, FExit, Lsm, ProgramError, links::FdLink},
 };
 use tracing::{info, warn};
@@ -41,6 +42,36 @@ macro_rules! load_and_attach {
                 .map_err(|err| LoadError::pin(&path, err))?;
         }
     }};
+}
+
+/// Attaches the programs that count the kernel's dentry moves for the open verdict cache.
+fn count_dentry_moves(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    pinned: &Option<PinnedState>,
+) -> Result<(), LoadError> {
+    for (name, traced) in TRACING_PROGRAMS {
+        match traced {
+            Traced::Entry(function) => load_and_attach!(ebpf, FEntry, *name, function, btf, pinned),
+            Traced::Exit(function) => load_and_attach!(ebpf, FExit, *name, function, btf, pinned),
+        }
+    }
+    Ok(())
+}
+
+/// An odd count of dentry moves, a move under way for the programs, keeps the open verdict cache
+/// from answering or remembering any open: it stays odd while nothing counts moves.
+fn turn_open_cache_off(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+    let setup = |source| LoadError::MapSetup {
+        name: "dentry_moves",
+        source,
+    };
+    let mut moves: Array<&mut MapData, u64> = ebpf
+        .map_mut("dentry_moves")
+        .ok_or(LoadError::Map("dentry_moves"))?
+        .try_into()
+        .map_err(setup)?;
+    moves.set(0, 1, 0).map_err(setup)
 }
 
 pub(super) struct Programs {
@@ -93,18 +124,17 @@ impl Programs {
         }
         let mut ebpf = loader.load(OBJECT)?;
         if !adopted {
+            // Moves counted before any open is decided, and remembered.
+            if let Err(err) = count_dentry_moves(&mut ebpf, &btf, &pinned) {
+                warn!(
+                    error = %err,
+                    "the open verdict cache is off: this kernel's dentry moves cannot be counted, \
+                     so every open in a target with path rules resolves its path"
+                );
+                turn_open_cache_off(&mut ebpf)?;
+            }
             for name in PROGRAMS {
                 load_and_attach!(ebpf, Lsm, *name, name, &btf, &pinned);
-            }
-            for (name, traced) in TRACING_PROGRAMS {
-                match traced {
-                    Traced::Entry(function) => {
-                        load_and_attach!(ebpf, FEntry, *name, function, &btf, &pinned)
-                    }
-                    Traced::Exit(function) => {
-                        load_and_attach!(ebpf, FExit, *name, function, &btf, &pinned)
-                    }
-                }
             }
         }
         let maps = Maps::take(&mut ebpf)?;
