@@ -23,8 +23,6 @@ use palisade_benchmarks::kernel::{Environment, KernelRun, SoakRun};
 pub struct Settings {
     smoke: bool,
     rounds: usize,
-    /// The first rounds also run the workloads.
-    workload_rounds: usize,
     apply_trials: usize,
     throughput_seconds: f64,
 }
@@ -35,15 +33,13 @@ impl Settings {
             Self {
                 smoke,
                 rounds: 1,
-                workload_rounds: 1,
                 apply_trials: 3,
                 throughput_seconds: 0.2,
             }
         } else {
             Self {
                 smoke,
-                rounds: 10,
-                workload_rounds: 10,
+                rounds: 5,
                 apply_trials: 100,
                 throughput_seconds: 5.0,
             }

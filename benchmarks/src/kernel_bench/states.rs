@@ -103,17 +103,18 @@ fn state_policy(state: &str) -> Option<String> {
     Some(policy_file("bench", TARGET, &spec))
 }
 
-/// Runs every microbenchmark once in the target.
+/// Runs every microbenchmark once in the target, each with `1 / share` of its operations.
 fn micro_run(
     settings: &Settings,
     cgroups: &Cgroups,
     state: &str,
     round: usize,
+    share: u64,
 ) -> anyhow::Result<Vec<MicroSample>> {
     micro::BENCHES
         .iter()
         .map(|(bench, ops, _)| {
-            let ops = settings.ops(*ops).next_multiple_of(micro::PHASES);
+            let ops = (settings.ops(*ops) / share).next_multiple_of(micro::PHASES);
             let denied = if state == "S5" { "denied" } else { "allowed" };
             let text = output(&mut bench_command(
                 &cgroups.target,
@@ -196,15 +197,20 @@ pub fn rounds(settings: &Settings, cgroups: &Cgroups, run: &mut KernelRun) -> an
     std::fs::write(AUDITED, "content\n")?;
     cleanup()?;
     // The first run of a benchmark pays one-time costs (the first TCP connection): not kept.
-    micro_run(settings, cgroups, "warm-up", 0)?;
+    micro_run(settings, cgroups, "warm-up", 0, 1)?;
     for round in 0..settings.rounds {
-        eprintln!("kernel-bench: round {}/{}", round + 1, settings.rounds);
         let mut agent = None;
         for (state, _) in STATES {
+            // The console stamps each line with the host's time: where a run's hours go.
+            eprintln!(
+                "kernel-bench: round {}/{} {state}",
+                round + 1,
+                settings.rounds
+            );
             visit(cgroups, state, &mut agent, || {
                 run.micro
-                    .extend(micro_run(settings, cgroups, state, round)?);
-                if WORKLOAD_STATES.contains(state) && round < settings.workload_rounds {
+                    .extend(micro_run(settings, cgroups, state, round, 1)?);
+                if WORKLOAD_STATES.contains(state) {
                     run.workloads
                         .extend(workloads::run(settings, cgroups, state, round)?);
                 }
@@ -219,7 +225,8 @@ pub fn rounds(settings: &Settings, cgroups: &Cgroups, run: &mut KernelRun) -> an
 
 /// One more round with the kernel's run-time statistics on (they cost a clock read per program
 /// run, so the rounds above run without): each program's runs and time per run over the
-/// microbenchmarks of each state.
+/// microbenchmarks of each state, run with a quarter of their operations (a time per program
+/// run needs no long runs; the microbenchmarks' 8 allocator phases still all run).
 pub fn hook_costs(
     settings: &Settings,
     cgroups: &Cgroups,
@@ -230,7 +237,7 @@ pub fn hook_costs(
     for (state, _) in STATES.iter().filter(|(state, _)| *state != "S0") {
         visit(cgroups, state, &mut agent, || {
             let before = program_runs();
-            micro_run(settings, cgroups, state, 0)?;
+            micro_run(settings, cgroups, state, 0, 4)?;
             let mut by_program: HashMap<String, (u64, Duration)> = HashMap::new();
             for (id, (name, runs, time)) in program_runs() {
                 let Some((_, runs_before, time_before)) = before.get(&id) else {
