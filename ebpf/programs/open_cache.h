@@ -27,6 +27,10 @@
  *   taken for it.
  * A slot older than OPEN_SLOT_LIFETIME jiffies is not used either: it bounds how long a change
  * the agent failed to mark with a new epoch goes unseen.
+ * A decision is remembered only for an open that finds its inode's slot tagged with its inode,
+ * cgroup and epoch (`tag`): a target's first open of a file in an epoch only leaves the tag.
+ * Most files a program opens it opens once; those pay neither the key's path nor the slot's
+ * write, and evict no other file's verdict.
  * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its number and device: its
  * memory is fixed at load, whatever the targets open. A slot is written under its own sequence
  * (odd while written; a writer that finds it odd or loses the race to make it odd leaves the
@@ -73,7 +77,9 @@ struct open_key {
 	/* Not compared: the opener's fs_struct sequence, which must not change (a chroot) between
 	 * the key and the slot's write. */
 	__u32 root_sequence;
-	__u32 unused;
+	/* Not compared either, and meaningless in a slot: whether the slot held the open's tag
+	 * (tag_of), so that its decision is to be remembered. */
+	__u32 seen;
 };
 
 /* Element 0: the epoch. */
@@ -87,9 +93,12 @@ struct {
 struct open_slot {
 	__u64 sequence; /* odd while written */
 	__u64 written; /* jiffies */
-	struct open_key key;
+	/* The tag (tag_of) of the last open of the inode by a target that found no tag of its own:
+	 * a hint, written with a plain store, next to what every open reads first. Another open's
+	 * tag that is equal costs only a decision. */
+	__u32 tag;
 	__u32 perms; /* PALISADE_PERM_* that need nothing */
-	__u32 unused;
+	struct open_key key;
 };
 
 struct {
@@ -152,6 +161,12 @@ static __always_inline int fill_open_path(struct open_key *key, struct file *fil
 	return root_sequence(fs) == key->root_sequence;
 }
 
+/* The inode's number, not its address: the verifier allows no arithmetic on a pointer. */
+static __always_inline __u32 tag_of(const struct open_key *key)
+{
+	return key->ino ^ key->cgroup ^ key->epoch;
+}
+
 static __always_inline int same_open(const struct open_key *a, const struct open_key *b)
 {
 	return a->inode == b->inode && a->cgroup == b->cgroup && a->ino == b->ino &&
@@ -164,9 +179,9 @@ static __always_inline int same_open(const struct open_key *a, const struct open
 
 /*
  * Whether the cache says the current task's open of `file` needs nothing for `perms`. Starts
- * `key` on the way (epoch, cgroup, inode), for the decision that follows a miss, and
- * orders the epoch's load before that decision's: what it reads is what the agent published at
- * that epoch or later.
+ * `key` on the way (epoch, cgroup, inode, seen), for the decision that follows a miss. Where that
+ * decision is to be remembered (seen), orders the epoch's load before the decision's: what it
+ * reads is what the agent published at that epoch or later.
  */
 static __always_inline int open_needs_nothing(struct open_key *key, struct file *file, __u32 perms)
 {
@@ -182,20 +197,36 @@ static __always_inline int open_needs_nothing(struct open_key *key, struct file 
 	key->inode = (__u64)inode;
 	key->ino = inode->i_ino;
 	key->dev = inode->i_sb->s_dev;
+	key->seen = 0;
 	struct open_slot *slot = slot_of(key->ino, key->dev);
-	if (slot && slot->key.inode == key->inode && slot->key.cgroup == key->cgroup) {
+	if (!slot)
+		return 0;
+	if (slot->key.inode == key->inode && slot->key.cgroup == key->cgroup &&
+	    slot->key.epoch == key->epoch) {
 		/* Atomic reads: ordered before and after the comparison on every architecture. */
 		__u64 sequence = __sync_fetch_and_add(&slot->sequence, 0);
-		if (!(sequence & 1) && fill_open_path(key, file) &&
-		    (slot->perms & perms) == perms && same_open(&slot->key, key) &&
+		if (!(sequence & 1) && (slot->perms & perms) == perms && fill_open_path(key, file) &&
+		    same_open(&slot->key, key) &&
 		    bpf_jiffies64() - slot->written < OPEN_SLOT_LIFETIME &&
 		    __sync_fetch_and_add(&slot->sequence, 0) == sequence)
 			return 1;
 	}
-	struct scratch *s = scratch_memory();
-	if (s)
-		full_barrier(s);
+	/* A task that is no target stops here: only targets tag slots. */
+	key->seen = slot->tag == tag_of(key);
+	if (key->seen) {
+		struct scratch *s = scratch_memory();
+		if (s)
+			full_barrier(s);
+	}
 	return 0;
+}
+
+/* Tags the slot of the open `key`, a target's, with its tag. */
+static __always_inline void mark_seen(const struct open_key *key)
+{
+	struct open_slot *slot = slot_of(key->ino, key->dev);
+	if (slot)
+		slot->tag = tag_of(key);
 }
 
 static __always_inline __u64 real_mount(__u64 vfsmnt)

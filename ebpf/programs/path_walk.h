@@ -299,6 +299,11 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
+	/* A target's first open of the file in the epoch only tags the cache's slot. */
+	if (open && open->inode && !open->seen) {
+		mark_seen(open);
+		open = NULL;
+	}
 	/* The cache's key for the path before anything is decided on the file: a rename that
 	 * moves it (into a protected directory, say) afterwards is one the key tells. A full
 	 * barrier after it: the file's parent is read later on arm64 too. */

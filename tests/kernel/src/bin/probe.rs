@@ -1211,9 +1211,10 @@ fn main() -> ExitCode {
         ["read-times", count, path] => {
             report((0..count.parse::<u32>().expect("a count")).try_for_each(|_| open("read", path)))
         }
-        // Reads `outside`, then chroots to `root` and reads `inside` (the same file, named from
-        // the new root).
+        // Reads `outside` twice (the open verdict cache remembers the second), then chroots to
+        // `root` and reads `inside` (the same file, named from the new root).
         ["read-then-chrooted", outside, root, inside] => match open("read", outside)
+            .and_then(|()| open("read", outside))
             .and_then(|()| std::os::unix::fs::chroot(root))
             .and_then(|()| std::env::set_current_dir("/"))
         {
