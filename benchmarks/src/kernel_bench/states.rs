@@ -114,7 +114,9 @@ fn micro_run(
     micro::BENCHES
         .iter()
         .map(|(bench, ops, _)| {
-            let ops = (settings.ops(*ops) / share).next_multiple_of(micro::PHASES);
+            let ops = (settings.ops(*ops) / share)
+                .max(1)
+                .next_multiple_of(micro::PHASES);
             let denied = if state == "S5" { "denied" } else { "allowed" };
             let text = output(&mut bench_command(
                 &cgroups.target,
