@@ -35,7 +35,7 @@
  * memory is fixed at load, whatever the targets open. A slot is written under its own sequence
  * (odd while written; a writer that finds it odd or loses the race to make it odd leaves the
  * slot alone), and read twice around the comparison, so that a slot read while written is a
- * miss. A task that is no target stops at the slot's inode and cgroup.
+ * miss. A task that is no target stops at the slot's tag, which only targets write.
  */
 #ifndef PALISADE_OPEN_CACHE_H
 #define PALISADE_OPEN_CACHE_H
