@@ -8,49 +8,55 @@
 #include "path_walk.h"
 
 /*
- * The permissions the access of `file` asks for. Access mode 3 opens for ioctls only, with the
- * permission checks of reading and writing: it asks for both.
+ * The permissions the access of `file`, of mode `mode`, asks for. Access mode 3 opens for ioctls
+ * only (neither FMODE_READ nor FMODE_WRITE), with the permission checks of reading and writing:
+ * it asks for both. The flags are read only where the mode does not tell.
  */
-static __always_inline __u32 access_perms(struct file *file)
+static __always_inline __u32 access_perms(struct file *file, __u32 mode)
 {
-	__u32 mode = file->f_mode;
-	__u32 flags = file->f_flags;
-	if ((flags & O_ACCMODE) == O_ACCMODE)
-		return PALISADE_PERM_READ | PALISADE_PERM_WRITE;
-	__u32 perms = 0;
-	if (mode & FMODE_READ)
-		perms |= PALISADE_PERM_READ;
 	if (mode & FMODE_WRITE)
-		perms |= (flags & O_APPEND) ? PALISADE_PERM_APPEND : PALISADE_PERM_WRITE;
-	return perms;
+		return (mode & FMODE_READ ? PALISADE_PERM_READ : 0) |
+		       (file->f_flags & O_APPEND ? PALISADE_PERM_APPEND : PALISADE_PERM_WRITE);
+	if (mode & FMODE_READ)
+		return PALISADE_PERM_READ;
+	if ((file->f_flags & O_ACCMODE) == O_ACCMODE)
+		return PALISADE_PERM_READ | PALISADE_PERM_WRITE;
+	return 0;
 }
 
 /*
- * Whether `file` is overlayfs's open of the layer's file behind an overlay file, made under the
- * overlay file's path (open_with_fake_path, 6.1): a repeat, for the same task and access, of the
- * open decided a moment before; deciding it again would report it twice. Only such a file has a
- * path that does not lead to its inode. (6.12's backing files carry the layer's own path and are
- * decided by it.)
+ * Whether a file (of mode `mode`, its path's dentry `dentry`, its inode `inode`) is overlayfs's
+ * open of the layer's file behind an overlay file, made under the overlay file's path
+ * (open_with_fake_path, 6.1): a repeat, for the same task and access, of the open decided a
+ * moment before; deciding it again would report it twice. Only such a file has a path that does
+ * not lead to its inode, and it has FMODE_FAKE_PATH: tested first, the flag spares every other
+ * open a load. (6.12's backing files carry the layer's own path and are decided by it.)
  */
-static __always_inline int under_another_files_path(struct file *file)
+static __always_inline int under_another_files_path(__u32 mode, struct dentry *dentry,
+						    struct inode *inode)
 {
-	return file->f_path.dentry->d_inode != file->f_inode;
+	return (mode & FMODE_FAKE_PATH) && dentry->d_inode != inode;
 }
 
 SEC("lsm/file_open")
 int TARGET_HOOK(file_open, struct file *file, int ret)
 {
-	if (ret || under_another_files_path(file))
+	if (ret)
 		return ret;
+	__u32 mode = file->f_mode;
+	struct dentry *dentry = file->f_path.dentry;
+	struct inode *inode = file->f_inode;
+	if (under_another_files_path(mode, dentry, inode))
+		return 0;
 	/* An exec's open of its program is a read like any (neither test kernel has marked it
 	 * FMODE_EXEC yet, and 6.1 marks uselib's read as it marks an exec's, in f_flags): exec
 	 * rules and allowances cover reading; bprm_check decides the exec. */
-	__u32 perms = access_perms(file);
+	__u32 perms = access_perms(file, mode);
 	if (!perms)
 		return 0;
 	/* The cache first: a hit needs neither the target nor the path. */
 	struct open_key open;
-	if (open_needs_nothing(&open, file, perms)) {
+	if (open_needs_nothing(&open, file, dentry, inode, perms)) {
 		stat_inc(PALISADE_STAT_OPENS_CACHED);
 		return 0;
 	}
@@ -72,23 +78,25 @@ int BPF_PROG(d_instantiate, struct dentry *dentry, struct inode *inode)
 
 /*
  * Every move of a dentry (rename, exchange, a directory alias spliced in) is __d_move's work,
- * under the kernel's rename_lock: `dentry_moves` counts it at its start (to odd) and at its end
- * (to even), for the open verdict cache. (Named for what they count: they run on a kernel
+ * under the kernel's rename_lock: `open_generation` advances at its start (to odd) and at its
+ * end (to even), for the open verdict cache. (Named for what they count: they run on a kernel
  * function, not on an LSM hook.)
  */
 static __always_inline void count_dentry_move(__u64 parity)
 {
 	__u32 zero = 0;
-	__u64 *moves = bpf_map_lookup_elem(&dentry_moves, &zero);
-	if (!moves)
+	__u64 *generation = bpf_map_lookup_elem(&open_generation, &zero);
+	if (!generation)
 		return;
-	/* Moves are one at a time, under rename_lock: no other program writes the count between
-	 * this read and the add. A count already of the parity (the other program missed a move,
-	 * attached after it began) advances by 2: it changes all the same, and a missed start or
-	 * end is not carried on to every move after. Used, the add is fully ordered (unused, it is
-	 * not on arm64): begun, counted before any name changes; ended, after. */
-	__u64 step = (*moves & 1) == parity ? 2 : 1;
-	__u64 before = __sync_fetch_and_add(moves, step);
+	/* Moves are one at a time, under rename_lock: no other program writes the generation
+	 * between this read and the add (the agent may, adding an epoch that makes the count
+	 * moot: open_cache.h). A generation already of the parity (the other program
+	 * missed a move, attached after it began) advances by 2: it changes all the same, and a
+	 * missed start or end is not carried on to every move after. Used, the add is fully
+	 * ordered (unused, it is not on arm64): begun, counted before any name changes; ended,
+	 * after. */
+	__u64 step = (*generation & 1) == parity ? 2 : 1;
+	__u64 before = __sync_fetch_and_add(generation, step);
 	asm volatile("" ::"r"(before));
 }
 
@@ -115,7 +123,8 @@ int TARGET_HOOK(file_receive, struct file *file, int ret)
 {
 	if (ret)
 		return ret;
-	return check_file(file, PALISADE_HOOK_FILE_RECEIVE, access_perms(file), NULL);
+	return check_file(file, PALISADE_HOOK_FILE_RECEIVE, access_perms(file, file->f_mode),
+			  NULL);
 }
 
 SEC("lsm/path_truncate")

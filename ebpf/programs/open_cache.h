@@ -4,11 +4,13 @@
  * for (no denial, no report, no modeling policy), so that the next such open is answered before
  * the target is even looked up. A slot holds while nothing the decision rested on can have
  * changed:
- * - the opener's cgroup and the cache's epoch (`open_epoch`), which the agent advances after
- *   every change of targets, of the policies they point at and of its protected files, and at
- *   its start: within one epoch a cgroup has one target, one policy and the same protected
- *   files (while nothing is targeted, lsm/d_instantiate does not keep the slots: targeting
- *   resumes with a change, in a new epoch);
+ * - the opener's cgroup and the cache's generation (`open_generation`), which the agent advances
+ *   by an epoch (2^32) after every change of targets, of the policies they point at and of its
+ *   protected files, and at its start: within one epoch a cgroup has one target, one policy and
+ *   the same protected files (while nothing is targeted, lsm/d_instantiate does not keep the
+ *   slots: targeting resumes with a change, in a new epoch). The programs on __d_move advance
+ *   it by one at the start and at the end of each of the kernel's dentry moves (rename,
+ *   exchange, a directory alias spliced in): odd while one is under way, when nothing is cached;
  * - the inode (address, number, device), and the mount and dentry it was opened through: another
  *   mount or namespace is another mount, another name another dentry. A new dentry of the inode
  *   (a lookup, a link, a file handle decoded, a new inode's first: lsm/d_instantiate) empties its
@@ -16,15 +18,13 @@
  *   the old;
  * - the opener's root (chroot), also by its inode (a root dentry freed and its memory reused for
  *   another directory's is not the same root);
- * - `dentry_moves`, the count of the kernel's dentry moves (rename, exchange, a directory alias
- *   spliced in) begun and ended, which the programs on __d_move keep; and the opener's mount
- *   namespace with the count of changes of its mount tree (mount, move, umount, pivot_root) the
- *   kernel keeps in it. A slot is only written for a file on a mount of that namespace: the
- *   file's name is made of the names of its dentry and their parents up to their mount's root,
- *   and of where the mounts above it are mounted in that namespace. The count is the kernel's
- *   global event number at the namespace's last change, 0 before the first: a namespace whose
- *   tree never changed is not cached, so that another allocated where a freed one was is never
- *   taken for it.
+ * - the opener's mount namespace with the count of changes of its mount tree (mount, move,
+ *   umount, pivot_root) the kernel keeps in it. A slot is only written for a file on a mount of
+ *   that namespace: the file's name is made of the names of its dentry and their parents up to
+ *   their mount's root, and of where the mounts above it are mounted in that namespace. The
+ *   count is the kernel's global event number at the namespace's last change, 0 before the
+ *   first: a namespace whose tree never changed is not cached, so that another allocated where
+ *   a freed one was is never taken for it.
  * A slot older than OPEN_SLOT_LIFETIME jiffies is not used either: it bounds how long a change
  * the agent failed to mark with a new epoch goes unseen.
  * A decision is remembered only for an open that finds its inode's slot tagged with its inode,
@@ -49,46 +49,50 @@
  * instructions. */
 #define OPEN_SLOT_LIFETIME 10000
 
-/* Element 0: dentry moves begun plus moves ended (file.bpf.c), odd while one is under way. A
- * map, not global data: the loader writes a global's initial value also into a pinned copy it
- * adopts, and a count taken back could match a slot's again. */
+/*
+ * Element 0: the generation. It only grows, so that a slot's never comes back: the agent writes
+ * what it read plus an epoch, which no count of the moves made meanwhile comes near. A move
+ * under way when it writes may be marked no more; an open that resolves its path waits for the
+ * move's end (d_path reads under rename_lock), which advances the generation again. A map, not
+ * global data: the loader writes a global's initial value also into a pinned copy it adopts.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u64);
-} dentry_moves SEC(".maps");
+} open_generation SEC(".maps");
 
-/* What an open's decision rests on. Kernel pointers are compared, never followed. */
-struct open_key {
-	__u64 inode; /* 0: no key */
-	__u64 cgroup;
-	__u64 ino;
+/* The agent's part of the generation. */
+#define OPEN_EPOCH_SHIFT 32
+
+/* Where an open's path starts and what could have moved it, read before the path is resolved.
+ * Kernel pointers are compared, never followed. */
+struct open_path {
 	__u64 file_mnt;
 	__u64 file_dentry;
 	__u64 root_mnt;
 	__u64 root_dentry;
 	__u64 root_ino;
-	__u64 moves; /* dentry_moves */
 	__u64 mount_ns; /* the opener's mount namespace */
 	__u64 mount_events; /* its event number */
-	__u32 dev;
-	__u32 epoch;
 	/* Not compared: the opener's fs_struct sequence, which must not change (a chroot) between
 	 * the key and the slot's write. */
 	__u32 root_sequence;
+};
+
+/* What an open's decision rests on. */
+struct open_key {
+	__u64 inode; /* 0: no key */
+	__u64 cgroup;
+	__u64 ino;
+	__u64 generation;
+	__u32 dev;
+	struct open_path path;
 	/* Not compared either, and meaningless in a slot: whether the slot held the open's tag
 	 * (tag_of), so that its decision is to be remembered. */
 	__u32 seen;
 };
-
-/* Element 0: the epoch. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} open_epoch SEC(".maps");
 
 struct open_slot {
 	__u64 sequence; /* odd while written */
@@ -126,89 +130,111 @@ static __always_inline __u32 root_sequence(struct fs_struct *fs)
 }
 
 /*
- * Fills the path's part of `key`, the current task's open of `file`, before the path is resolved
- * (a rename or mount that starts later changes the counts the slot is stored under); false
- * while a dentry moves or the task's root is changing, for a task without namespaces (one
- * exiting), and in a mount namespace whose tree never changed.
+ * Fills `path`, where the current task `task`'s open of `file` (through `dentry`) stands, before
+ * the path is resolved (a mount that starts later changes the count the slot is stored under);
+ * false while the task's root is changing, for a task without namespaces (one exiting), and in
+ * a mount namespace whose tree never changed.
  */
-static __always_inline int fill_open_path(struct open_key *key, struct file *file)
+static __always_inline int fill_open_path(struct open_path *path, struct task_struct *task,
+					  struct file *file, struct dentry *dentry)
 {
-	__u32 zero = 0;
-	__u64 *moves = bpf_map_lookup_elem(&dentry_moves, &zero);
-	if (!moves)
-		return 0;
-	key->moves = *(volatile __u64 *)moves;
-	/* Loads through the task's BTF pointers rather than a probe read per field. */
-	struct task_struct *task = bpf_get_current_task_btf();
 	struct mnt_namespace *ns = task->nsproxy->mnt_ns;
 	if (!ns)
 		return 0;
-	key->mount_ns = (__u64)ns;
-	key->mount_events = *(volatile __u64 *)&ns->event;
-	if (!key->mount_events)
+	path->mount_ns = (__u64)ns;
+	path->mount_events = *(volatile __u64 *)&ns->event;
+	if (!path->mount_events)
 		return 0;
 	struct fs_struct *fs = task->fs;
-	key->root_sequence = root_sequence(fs);
-	if ((key->moves | key->root_sequence) & 1)
+	path->root_sequence = root_sequence(fs);
+	if (path->root_sequence & 1)
 		return 0;
-	key->file_mnt = (__u64)file->f_path.mnt;
-	key->file_dentry = (__u64)file->f_path.dentry;
-	struct path root = fs->root;
-	key->root_mnt = (__u64)root.mnt;
-	key->root_dentry = (__u64)root.dentry;
-	key->root_ino = root.dentry->d_inode->i_ino;
+	path->file_mnt = (__u64)file->f_path.mnt;
+	path->file_dentry = (__u64)dentry;
+	struct dentry *root = fs->root.dentry;
+	path->root_mnt = (__u64)fs->root.mnt;
+	path->root_dentry = (__u64)root;
+	path->root_ino = root->d_inode->i_ino;
 	/* The root read whole. */
-	return root_sequence(fs) == key->root_sequence;
+	return root_sequence(fs) == path->root_sequence;
 }
 
 /* The inode's number, not its address: the verifier allows no arithmetic on a pointer. */
 static __always_inline __u32 tag_of(const struct open_key *key)
 {
-	return key->ino ^ key->cgroup ^ key->epoch;
+	return key->ino ^ key->cgroup ^ (key->generation >> OPEN_EPOCH_SHIFT);
+}
+
+static __always_inline int same_path(const struct open_path *a, const struct open_path *b)
+{
+	return a->file_mnt == b->file_mnt && a->file_dentry == b->file_dentry &&
+	       a->root_mnt == b->root_mnt && a->root_dentry == b->root_dentry &&
+	       a->root_ino == b->root_ino && a->mount_ns == b->mount_ns &&
+	       a->mount_events == b->mount_events;
+}
+
+/* The same file (by inode), opener (by cgroup) and generation. */
+static __always_inline int same_file(const struct open_key *a, const struct open_key *b)
+{
+	return a->inode == b->inode && a->cgroup == b->cgroup && a->ino == b->ino &&
+	       a->dev == b->dev && a->generation == b->generation;
 }
 
 static __always_inline int same_open(const struct open_key *a, const struct open_key *b)
 {
-	return a->inode == b->inode && a->cgroup == b->cgroup && a->ino == b->ino &&
-	       a->dev == b->dev && a->epoch == b->epoch && a->file_mnt == b->file_mnt &&
-	       a->file_dentry == b->file_dentry && a->root_mnt == b->root_mnt &&
-	       a->root_dentry == b->root_dentry && a->root_ino == b->root_ino &&
-	       a->moves == b->moves && a->mount_ns == b->mount_ns &&
-	       a->mount_events == b->mount_events;
+	return same_file(a, b) && same_path(&a->path, &b->path);
+}
+
+/* An atomic read, ordered before and after on every architecture. Of an add: the compiler makes
+ * an add of a constant 0 an `or`, which x86 compiles to a compare-and-exchange loop. */
+static __always_inline __u64 ordered_read(__u64 *value)
+{
+	__u64 zero = 0;
+	asm volatile("" : "+r"(zero));
+	return __sync_fetch_and_add(value, zero);
 }
 
 /*
- * Whether the cache says the current task's open of `file` needs nothing for `perms`. Starts
- * `key` on the way (epoch, cgroup, inode, seen), for the decision that follows a miss. Where that
- * decision is to be remembered (seen), orders the epoch's load before the decision's: what it
- * reads is what the agent published at that epoch or later.
+ * Whether the cache says the current task's open of `file` (through `dentry`, of `inode`) needs
+ * nothing for `perms`. Starts `key` on the way (generation, cgroup, inode, seen), for the
+ * decision that follows a miss, which reads the path part afresh; no key (while a dentry moves)
+ * is no decision to remember. Where that decision is to be remembered (seen), orders the
+ * generation's load before the decision's: what it reads is what the agent published at that
+ * epoch or later.
  */
-static __always_inline int open_needs_nothing(struct open_key *key, struct file *file, __u32 perms)
+static __always_inline int open_needs_nothing(struct open_key *key, struct file *file,
+					      struct dentry *dentry, struct inode *inode,
+					      __u32 perms)
 {
 	__u32 zero = 0;
-	__u32 *epoch = bpf_map_lookup_elem(&open_epoch, &zero);
-	if (!epoch) {
+	__u64 *generation = bpf_map_lookup_elem(&open_generation, &zero);
+	/* No generation is as good as a move under way. */
+	key->generation = generation ? *(volatile __u64 *)generation : 1;
+	if (key->generation & 1) {
 		key->inode = 0;
 		return 0;
 	}
-	key->epoch = *(volatile __u32 *)epoch;
-	key->cgroup = bpf_get_current_cgroup_id();
-	struct inode *inode = file->f_inode;
+	/* Loads through the task's BTF pointers, cheaper than a helper or a probe read per field.
+	 * The cgroup's as bpf_get_current_cgroup_id reads it. */
+	struct task_struct *task = bpf_get_current_task_btf();
+	key->cgroup = task->cgroups->dfl_cgrp->kn->id;
 	key->inode = (__u64)inode;
 	key->ino = inode->i_ino;
 	key->dev = inode->i_sb->s_dev;
-	key->seen = 0;
 	struct open_slot *slot = slot_of(key->ino, key->dev);
-	if (!slot)
+	if (!slot) {
+		key->inode = 0;
 		return 0;
-	if (slot->key.inode == key->inode && slot->key.cgroup == key->cgroup &&
-	    slot->key.epoch == key->epoch) {
-		/* Atomic reads: ordered before and after the comparison on every architecture. */
-		__u64 sequence = __sync_fetch_and_add(&slot->sequence, 0);
-		if (!(sequence & 1) && (slot->perms & perms) == perms && fill_open_path(key, file) &&
-		    same_open(&slot->key, key) &&
+	}
+	if (slot->key.inode == key->inode && slot->key.cgroup == key->cgroup) {
+		__u64 sequence = ordered_read(&slot->sequence);
+		/* A local copy, never stored: its fields are compared as they are read. */
+		struct open_path path;
+		if (!(sequence & 1) && (slot->perms & perms) == perms &&
+		    fill_open_path(&path, task, file, dentry) && same_file(&slot->key, key) &&
+		    same_path(&slot->key.path, &path) &&
 		    bpf_jiffies64() - slot->written < OPEN_SLOT_LIFETIME &&
-		    __sync_fetch_and_add(&slot->sequence, 0) == sequence)
+		    ordered_read(&slot->sequence) == sequence)
 			return 1;
 	}
 	/* A task that is no target stops here: only targets tag slots. */
@@ -248,13 +274,15 @@ static __always_inline void remember_open(const struct open_key *key, __u32 perm
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct fs_struct *fs = task->fs;
 	struct path root = fs->root;
-	if ((__u64)root.mnt != key->root_mnt || (__u64)root.dentry != key->root_dentry ||
-	    root_sequence(fs) != key->root_sequence || bpf_get_current_cgroup_id() != key->cgroup)
+	if ((__u64)root.mnt != key->path.root_mnt || (__u64)root.dentry != key->path.root_dentry ||
+	    root_sequence(fs) != key->path.root_sequence ||
+	    bpf_get_current_cgroup_id() != key->cgroup)
 		return;
 	struct mnt_namespace *ns = task->nsproxy->mnt_ns;
 	/* Outside BPF_CORE_READ, whose every field access is relocated against the kernel's types. */
-	struct mount *mount = (struct mount *)real_mount(key->file_mnt);
-	if ((__u64)ns != key->mount_ns || (__u64)BPF_CORE_READ(mount, mnt_ns) != key->mount_ns)
+	struct mount *mount = (struct mount *)real_mount(key->path.file_mnt);
+	if ((__u64)ns != key->path.mount_ns ||
+	    (__u64)BPF_CORE_READ(mount, mnt_ns) != key->path.mount_ns)
 		return;
 	struct open_slot *slot = slot_of(key->ino, key->dev);
 	if (!slot)

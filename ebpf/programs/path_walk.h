@@ -307,7 +307,8 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	/* The cache's key for the path before anything is decided on the file: a rename that
 	 * moves it (into a protected directory, say) afterwards is one the key tells. A full
 	 * barrier after it: the file's parent is read later on arm64 too. */
-	int cacheable = open && open->inode && fill_open_path(open, file);
+	int cacheable = open && open->inode &&
+			fill_open_path(&open->path, bpf_get_current_task_btf(), file, file->f_path.dentry);
 	if (cacheable)
 		full_barrier(s);
 	/* What needs no path first: then the path is resolved for path rules, to report, or to

@@ -94,7 +94,7 @@ impl Enforcer {
             targets,
             pending,
             protected_inodes,
-            open_epoch,
+            open_generation,
             policies,
             path_prefixes,
             path_suffixes,
@@ -121,8 +121,8 @@ impl Enforcer {
             targets: pinned.target_levels,
             enforced: pinned.enforced_levels,
         };
-        let open_cache = OpenCache::new(open_epoch).map_err(|source| LoadError::MapSetup {
-            name: "open_epoch",
+        let open_cache = OpenCache::new(open_generation).map_err(|source| LoadError::MapSetup {
+            name: "open_generation",
             source,
         })?;
         let mut enforcer = Self {

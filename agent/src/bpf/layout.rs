@@ -76,7 +76,7 @@ maps! {
         targets: HashMap<MapData, u64, Target>,
         pending: HashMap<MapData, PendingKey, Target>,
         protected_inodes: HashMap<MapData, InodeKey, u32>,
-        open_epoch: Array<MapData, u32>,
+        open_generation: Array<MapData, u64>,
         policies: HashMap<MapData, u32, Policy>,
         path_prefixes: LpmTrie<MapData, TriePath, PathVerdict>,
         path_suffixes: LpmTrie<MapData, TriePath, PathVerdict>,
@@ -94,7 +94,6 @@ maps! {
     }
     kernel_only {
         audit_buckets,
-        dentry_moves,
         open_verdicts,
         reported,
         runtime_setup,

@@ -59,19 +59,20 @@ fn count_dentry_moves(
     Ok(())
 }
 
-/// An odd count of dentry moves, a move under way for the programs, keeps the open verdict cache
-/// from answering or remembering any open: it stays odd while nothing counts moves.
+/// An odd generation of the open verdict cache, a dentry move under way for the programs, keeps
+/// it from answering or remembering any open: it stays odd while nothing counts moves (the
+/// epochs the agent adds are even).
 fn turn_open_cache_off(ebpf: &mut Ebpf) -> Result<(), LoadError> {
     let setup = |source| LoadError::MapSetup {
-        name: "dentry_moves",
+        name: "open_generation",
         source,
     };
-    let mut moves: Array<&mut MapData, u64> = ebpf
-        .map_mut("dentry_moves")
-        .ok_or(LoadError::Map("dentry_moves"))?
+    let mut generation: Array<&mut MapData, u64> = ebpf
+        .map_mut("open_generation")
+        .ok_or(LoadError::Map("open_generation"))?
         .try_into()
         .map_err(setup)?;
-    moves.set(0, 1, 0).map_err(setup)
+    generation.set(0, 1, 0).map_err(setup)
 }
 
 pub(super) struct Programs {

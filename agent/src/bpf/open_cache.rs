@@ -11,14 +11,19 @@ use std::sync::{
 use aya::maps::{Array, MapData, MapError};
 use tracing::warn;
 
+/// An epoch in the cache's generation, which the programs on `__d_move` advance by one at each
+/// move's start and end: far more than the moves counted between a read and the write after it
+/// (the write replaces them), and even, so that an odd generation (the cache off) stays odd.
+const EPOCH: u64 = 1 << 32;
+
 #[derive(Clone)]
-pub struct OpenCache(Arc<Mutex<Array<MapData, u32>>>);
+pub struct OpenCache(Arc<Mutex<Array<MapData, u64>>>);
 
 impl OpenCache {
-    /// Starts a new epoch in `epoch` (the map, an earlier agent's if pinned): the cached opens
-    /// of that agent's decisions are not this one's.
-    pub(super) fn new(epoch: Array<MapData, u32>) -> Result<Self, MapError> {
-        let cache = Self(Arc::new(Mutex::new(epoch)));
+    /// Starts a new epoch in `generation` (the map, an earlier agent's if pinned): the cached
+    /// opens of that agent's decisions are not this one's.
+    pub(super) fn new(generation: Array<MapData, u64>) -> Result<Self, MapError> {
+        let cache = Self(Arc::new(Mutex::new(generation)));
         cache.forget()?;
         Ok(cache)
     }
@@ -36,12 +41,12 @@ impl OpenCache {
     /// Starts a new epoch: no open is answered from the cache by a decision made before. An
     /// error means the cache may still answer as before the change.
     fn forget(&self) -> Result<(), MapError> {
-        let mut epoch = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let next = epoch.get(&0, 0)?.wrapping_add(1);
+        let mut generation = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let next = generation.get(&0, 0)?.wrapping_add(EPOCH);
         // The change, written by the kernel on this thread, visible to every CPU before the
-        // epoch is (a store may pass an earlier one on arm64): the programs read the epoch
-        // first.
+        // epoch is (a store may pass an earlier one on arm64): the programs read the
+        // generation first.
         fence(Ordering::SeqCst);
-        epoch.set(0, next, 0)
+        generation.set(0, next, 0)
     }
 }
