@@ -246,7 +246,7 @@ struct task_struct {
 #define MS_SHARED (1 << 20)
 #define FMODE_READ 0x1
 #define FMODE_WRITE 0x2
-/* What open_with_fake_path sets (6.1's FMODE_NOACCOUNT). */
+/* FMODE_NOACCOUNT, which open_with_fake_path sets (among others). */
 #define FMODE_FAKE_PATH 0x20000000
 #define O_ACCMODE 03
 #define O_APPEND 02000

@@ -29,8 +29,9 @@ static __always_inline __u32 access_perms(struct file *file, __u32 mode)
  * open of the layer's file behind an overlay file, made under the overlay file's path
  * (open_with_fake_path, 6.1): a repeat, for the same task and access, of the open decided a
  * moment before; deciding it again would report it twice. Only such a file has a path that does
- * not lead to its inode, and it has FMODE_FAKE_PATH: tested first, the flag spares every other
- * open a load. (6.12's backing files carry the layer's own path and are decided by it.)
+ * not lead to its inode, and it has FMODE_FAKE_PATH (as a few others do: tested first, the flag
+ * spares most opens a load). (6.12's backing files carry the layer's own path and are decided
+ * by it.)
  */
 static __always_inline int under_another_files_path(__u32 mode, struct dentry *dentry,
 						    struct inode *inode)
@@ -88,13 +89,12 @@ static __always_inline void count_dentry_move(__u64 parity)
 	__u64 *generation = bpf_map_lookup_elem(&open_generation, &zero);
 	if (!generation)
 		return;
-	/* Moves are one at a time, under rename_lock: no other program writes the generation
-	 * between this read and the add (the agent may, adding an epoch that makes the count
-	 * moot: open_cache.h). A generation already of the parity (the other program
-	 * missed a move, attached after it began) advances by 2: it changes all the same, and a
-	 * missed start or end is not carried on to every move after. Used, the add is fully
-	 * ordered (unused, it is not on arm64): begun, counted before any name changes; ended,
-	 * after. */
+	/* Moves are one at a time, under rename_lock: nothing changes the generation's parity
+	 * between this read and the add (the agent adds even epochs). A generation already of the
+	 * parity (the other program missed a move, attached after it began) advances by 2: it
+	 * changes all the same, and a missed start or end is not carried on to every move after.
+	 * Used, the add is fully ordered (unused, it is not on arm64): begun, counted before any
+	 * name changes; ended, after. */
 	__u64 step = (*generation & 1) == parity ? 2 : 1;
 	__u64 before = __sync_fetch_and_add(generation, step);
 	asm volatile("" ::"r"(before));

@@ -50,14 +50,13 @@
 #define OPEN_SLOT_LIFETIME 10000
 
 /*
- * Element 0: the generation. It only grows, so that a slot's never comes back: the agent writes
- * what it read plus an epoch, which no count of the moves made meanwhile comes near. A move
- * under way when it writes may be marked no more; an open that resolves its path waits for the
- * move's end (d_path reads under rename_lock), which advances the generation again. A map, not
- * global data: the loader writes a global's initial value also into a pinned copy it adopts.
+ * Element 0: the generation. It only grows, by atomic adds, so that a slot's never comes back:
+ * the agent adds its epochs through a mapping of the map. A map, not global data: the loader
+ * writes a global's initial value also into a pinned copy it adopts.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u64);
@@ -87,10 +86,10 @@ struct open_key {
 	__u64 cgroup;
 	__u64 ino;
 	__u64 generation;
-	__u32 dev;
 	struct open_path path;
-	/* Not compared either, and meaningless in a slot: whether the slot held the open's tag
-	 * (tag_of), so that its decision is to be remembered. */
+	__u32 dev;
+	/* Not compared, and meaningless in a slot: whether the slot held the open's tag (tag_of),
+	 * so that its decision is to be remembered. */
 	__u32 seen;
 };
 

@@ -304,9 +304,9 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 		mark_seen(open);
 		open = NULL;
 	}
-	/* The cache's key for the path before anything is decided on the file: a rename that
-	 * moves it (into a protected directory, say) afterwards is one the key tells. A full
-	 * barrier after it: the file's parent is read later on arm64 too. */
+	/* The path part of the cache's key before anything is decided on the file (a rename that
+	 * moves it afterwards, into a protected directory say, the generation read before tells).
+	 * A full barrier after it: the file's parent is read later on arm64 too. */
 	int cacheable = open && open->inode &&
 			fill_open_path(&open->path, bpf_get_current_task_btf(), file, file->f_path.dentry);
 	if (cacheable)

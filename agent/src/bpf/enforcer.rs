@@ -543,9 +543,7 @@ impl Enforcer {
 
     /// After a change of targets: every open is decided again.
     fn forget_opens(&self) {
-        self.open_cache.forget_or_warn(
-            "opens a target made before a policy change may be allowed as before it",
-        );
+        self.open_cache.forget();
     }
 
     /// Publishes the table's levels, if they changed.

@@ -5,14 +5,14 @@ use std::collections::HashMap;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{Array, MapData},
+    maps::{Array, IterableMap, MapData},
     programs::{FEntry, FExit, Lsm, ProgramError, links::FdLink},
 };
 use tracing::{info, warn};
 
 use super::{
     LoadError, MAPS, MapSizes, Maps, MeasureError, OBJECT, PROGRAMS, PinnedState, Preflight,
-    TRACING_PROGRAMS, Traced, layout::program_names, pinned,
+    TRACING_PROGRAMS, Traced, layout::program_names, open_cache, pinned,
 };
 
 /// Loads the program `$name` of the type `$kind` for its hook or function `$target` and attaches
@@ -59,20 +59,18 @@ fn count_dentry_moves(
     Ok(())
 }
 
-/// An odd generation of the open verdict cache, a dentry move under way for the programs, keeps
-/// it from answering or remembering any open: it stays odd while nothing counts moves (the
-/// epochs the agent adds are even).
-fn turn_open_cache_off(ebpf: &mut Ebpf) -> Result<(), LoadError> {
+/// Turns the open verdict cache off (open_cache::turn_off).
+fn turn_open_cache_off(ebpf: &Ebpf) -> Result<(), LoadError> {
     let setup = |source| LoadError::MapSetup {
         name: "open_generation",
         source,
     };
-    let mut generation: Array<&mut MapData, u64> = ebpf
-        .map_mut("open_generation")
+    let generation: Array<&MapData, u64> = ebpf
+        .map("open_generation")
         .ok_or(LoadError::Map("open_generation"))?
         .try_into()
         .map_err(setup)?;
-    generation.set(0, 1, 0).map_err(setup)
+    open_cache::turn_off(generation.map()).map_err(setup)
 }
 
 pub(super) struct Programs {
@@ -132,7 +130,7 @@ impl Programs {
                     "the open verdict cache is off: this kernel's dentry moves cannot be counted, \
                      so every open in a target with path rules resolves its path"
                 );
-                turn_open_cache_off(&mut ebpf)?;
+                turn_open_cache_off(&ebpf)?;
             }
             for name in PROGRAMS {
                 load_and_attach!(ebpf, Lsm, *name, name, &btf, &pinned);

@@ -1,7 +1,7 @@
 //! The kernel side, seen from user space: loading and attaching the programs (`loader`), and
 //! the maps through which policies are enforced: the policies' entries (`store`), which target
 //! has which (`table`), what the kernel counts (`counters`) and what it records for
-//! BehaviorModeling (`records`), and the open verdict cache's epoch (`open_cache`). `Enforcer`
+//! BehaviorModeling (`records`), and the open verdict cache's generation (`open_cache`). `Enforcer`
 //! owns them all and switches policies in (`swap`);
 //! `layout` is the contract with the object.
 

@@ -1,52 +1,101 @@
-//! The epoch of the open verdict cache (ebpf/programs/open_cache.h): a cached open holds only
-//! within the epoch it was decided in. Whatever changes what decides a target's open without its
-//! path advances it once the change is made: the enforcer (targets, the policies they point at)
-//! and the protected files (a file newly kept from targets) both hold this handle.
+//! The generation of the open verdict cache (ebpf/programs/open_cache.h): a cached open holds
+//! only within the generation it was decided in. Whatever changes what decides a target's open
+//! without its path adds an epoch to it once the change is made: the enforcer (targets, the
+//! policies they point at) and the protected files (a file newly kept from targets) both hold
+//! this handle. The programs on `__d_move` add one at each dentry move's start and end.
 
-use std::sync::{
-    Arc, Mutex, PoisonError,
-    atomic::{Ordering, fence},
+use std::{
+    os::fd::{AsFd, AsRawFd},
+    ptr::NonNull,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
-use aya::maps::{Array, MapData, MapError};
-use tracing::warn;
+use aya::{
+    maps::{Array, IterableMap, MapData, MapError},
+    sys::SyscallError,
+};
 
-/// An epoch in the cache's generation, which the programs on `__d_move` advance by one at each
-/// move's start and end: far more than the moves counted between a read and the write after it
-/// (the write replaces them), and even, so that an odd generation (the cache off) stays odd.
+/// An epoch: even, so that an odd generation (the cache off) stays odd.
 const EPOCH: u64 = 1 << 32;
 
 #[derive(Clone)]
-pub struct OpenCache(Arc<Mutex<Array<MapData, u64>>>);
+pub struct OpenCache(Arc<Generation>);
 
 impl OpenCache {
     /// Starts a new epoch in `generation` (the map, an earlier agent's if pinned): the cached
     /// opens of that agent's decisions are not this one's.
     pub(super) fn new(generation: Array<MapData, u64>) -> Result<Self, MapError> {
-        let cache = Self(Arc::new(Mutex::new(generation)));
-        cache.forget()?;
+        let cache = Self(Arc::new(Generation::map(generation.map())?));
+        cache.forget();
         Ok(cache)
     }
 
-    /// Starts a new epoch, or warns that the opens `stale` names may go on being answered as
-    /// before the change until their slots end. (A failure to write a one-entry array is not to
-    /// be expected.)
-    pub fn forget_or_warn(&self, stale: &str) {
-        if let Err(err) = self.forget() {
-            // OPEN_SLOT_LIFETIME jiffies at the lowest HZ, 100.
-            warn!("{stale} for up to 100 s: {err}");
+    /// Starts a new epoch: no open is answered from the cache by a decision made before. A full
+    /// barrier: the change, written by the kernel on this thread, is visible to every CPU before
+    /// the epoch is (the programs read the generation first).
+    pub fn forget(&self) {
+        self.0.value().fetch_add(EPOCH, Ordering::SeqCst);
+    }
+}
+
+/// Keeps the cache from answering or remembering any open: an odd generation, a dentry move
+/// under way for the programs, stays odd while nothing counts moves.
+pub(super) fn turn_off(generation: &MapData) -> Result<(), MapError> {
+    Generation::map(generation)?
+        .value()
+        .fetch_or(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// The generation's map (`BPF_F_MMAPABLE`) mapped into the agent: its value changes by atomic
+/// adds, as the programs' do, so that none is lost to a write and no program reads one torn.
+struct Generation(NonNull<AtomicU64>);
+
+// The value is an atomic, which the mapping keeps valid until dropped.
+unsafe impl Send for Generation {}
+unsafe impl Sync for Generation {}
+
+impl Generation {
+    fn map(map: &MapData) -> Result<Self, MapError> {
+        // SAFETY: a new shared mapping of the map's one page, unmapped on drop; the kernel
+        // places element 0 at its start, aligned for a u64.
+        let mapped = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                page_size(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                map.fd().as_fd().as_raw_fd(),
+                0,
+            )
+        };
+        if mapped == libc::MAP_FAILED {
+            return Err(SyscallError {
+                call: "mmap",
+                io_error: std::io::Error::last_os_error(),
+            }
+            .into());
         }
+        Ok(Self(NonNull::new(mapped.cast()).expect("mmap succeeded")))
     }
 
-    /// Starts a new epoch: no open is answered from the cache by a decision made before. An
-    /// error means the cache may still answer as before the change.
-    fn forget(&self) -> Result<(), MapError> {
-        let mut generation = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let next = generation.get(&0, 0)?.wrapping_add(EPOCH);
-        // The change, written by the kernel on this thread, visible to every CPU before the
-        // epoch is (a store may pass an earlier one on arm64): the programs read the
-        // generation first.
-        fence(Ordering::SeqCst);
-        generation.set(0, next, 0)
+    fn value(&self) -> &AtomicU64 {
+        // SAFETY: mapped until `self` is dropped.
+        unsafe { self.0.as_ref() }
     }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `map` made, no longer referenced.
+        unsafe { libc::munmap(self.0.as_ptr().cast(), page_size()) };
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
 }
