@@ -360,17 +360,22 @@ impl Agent {
 /// leaves the kernel's list only once detached.
 pub fn cleanup() -> anyhow::Result<()> {
     output(Command::new(palisade()?).args(["agent", "--cleanup", "--bpffs", BPFFS]))?;
-    wait_for(
-        "the LSM programs detached",
-        Duration::from_secs(120),
-        || Ok(!lsm_programs_loaded()),
-    )
+    wait_for("the programs detached", Duration::from_secs(120), || {
+        Ok(!programs_loaded())
+    })
 }
 
-fn lsm_programs_loaded() -> bool {
+/// Whether programs of the agent's kinds are loaded: on LSM hooks, or on kernel functions (the
+/// agent's on `__d_move`).
+fn programs_loaded() -> bool {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
-        .any(|info| info.program_type() == bpf_prog_type::BPF_PROG_TYPE_LSM)
+        .any(|info| {
+            matches!(
+                info.program_type(),
+                bpf_prog_type::BPF_PROG_TYPE_LSM | bpf_prog_type::BPF_PROG_TYPE_TRACING
+            )
+        })
 }
 
 pub fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {

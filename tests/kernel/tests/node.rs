@@ -432,12 +432,17 @@ fn helm(args: &[&str]) -> String {
 const READ_A_SECRET: &str =
     "/bin/busybox mkdir /srv && echo s3cret > /srv/secret && /bin/busybox cat /srv/secret";
 
-/// The LSM programs loaded on this machine.
-fn lsm_programs() -> usize {
+/// The programs of the agent's kinds loaded on this machine: on LSM hooks, or on kernel
+/// functions (the agent's on `__d_move`).
+fn agent_programs() -> usize {
+    use aya_obj::generated::bpf_prog_type::{BPF_PROG_TYPE_LSM, BPF_PROG_TYPE_TRACING};
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
         .filter(|program| {
-            program.program_type() == aya_obj::generated::bpf_prog_type::BPF_PROG_TYPE_LSM
+            matches!(
+                program.program_type(),
+                BPF_PROG_TYPE_LSM | BPF_PROG_TYPE_TRACING
+            )
         })
         .count()
 }
@@ -459,7 +464,7 @@ fn the_chart_protects_the_selected_pods_and_uninstalls_cleanly() {
         {
             helm(&["uninstall", earlier, "--namespace", earlier]);
         }
-        assert_eq!(lsm_programs(), 0, "LSM programs before the install");
+        assert_eq!(agent_programs(), 0, "BPF programs before the install");
 
         helm(&[
             "install",
@@ -480,8 +485,8 @@ fn the_chart_protects_the_selected_pods_and_uninstalls_cleanly() {
         let agent = ready_agent(node, &agents, None).await;
         let agent_logs = |agent: &str| tail(&pod_logs(&release, agent, "agent"));
         assert!(
-            lsm_programs() > 0,
-            "no LSM program loaded:\n{}",
+            agent_programs() > 0,
+            "no BPF program loaded:\n{}",
             agent_logs(&agent)
         );
 
@@ -530,7 +535,7 @@ fn the_chart_protects_the_selected_pods_and_uninstalls_cleanly() {
 
         // An agent stopped while its DaemonSet stays leaves enforcement in place for the next.
         delete_pod(&agents, &agent, &DeleteParams::default()).await;
-        assert!(lsm_programs() > 0, "the stopped agent's programs went");
+        assert!(agent_programs() > 0, "the stopped agent's programs went");
         let agent = ready_agent(node, &agents, Some(&agent)).await;
         denied(&agent).await;
 
@@ -547,7 +552,7 @@ fn the_chart_protects_the_selected_pods_and_uninstalls_cleanly() {
                     last_logs = logs;
                 }
                 let left = agents.list(&Default::default()).await.ok()?.items.len();
-                (left == 0 && lsm_programs() == 0).then_some(())
+                (left == 0 && agent_programs() == 0).then_some(())
             },
         )
         .await;
