@@ -98,9 +98,10 @@ typedef uint64_t __u64;
 #define PALISADE_STAT_MODEL_DROPPED 5
 /* A DefenseInDepth trial's event of an operation it had reported already: not sent. */
 #define PALISADE_STAT_EVENTS_REPEATED 6
-/* Opens of targets the open verdict cache decided without resolving their path. */
-#define PALISADE_STAT_OPENS_CACHED 7
-#define PALISADE_STAT_COUNT 8
+#define PALISADE_STAT_COUNT 7
+
+/* Where a slot of `open_verdicts` (open_cache.h) counts the opens it answered: a byte offset. */
+#define PALISADE_OPEN_SLOT_HITS 8
 
 /* Capabilities a policy can name: bit i of a mask is capability i (CAP_LAST_CAP is 40 today). */
 #define PALISADE_CAP_COUNT 64

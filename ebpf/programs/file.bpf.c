@@ -57,10 +57,8 @@ int TARGET_HOOK(file_open, struct file *file, int ret)
 		return 0;
 	/* The cache first: a hit needs neither the target nor the path. */
 	struct open_key open;
-	if (open_needs_nothing(&open, file, dentry, inode, perms)) {
-		stat_inc(PALISADE_STAT_OPENS_CACHED);
+	if (open_needs_nothing(&open, file, dentry, inode, perms))
 		return 0;
-	}
 	return check_file(file, PALISADE_HOOK_FILE_OPEN, perms, &open);
 }
 

@@ -16,8 +16,11 @@
  *   (a lookup, a link, a file handle decoded, a new inode's first: lsm/d_instantiate) empties its
  *   slot, so that a dentry or inode freed and its memory reused for another is not taken for
  *   the old;
- * - the opener's root (chroot), also by its inode (a root dentry freed and its memory reused for
- *   another directory's is not the same root);
+ * - the opener's root (chroot), by the addresses of its mount and dentry: d_path stops at the
+ *   root when its walk up from the file meets them, comparing addresses. The rest of the key
+ *   fixes that walk (the file's dentry, its parents, the mounts above it and their mount
+ *   points, all pinned by the file's dentry): a root the walk met is pinned, and one it did
+ *   not meet, freed and its memory reused for another, is not met either;
  * - the opener's mount namespace with the count of changes of its mount tree (mount, move,
  *   umount, pivot_root) the kernel keeps in it. A slot is only written for a file on a mount of
  *   that namespace: the file's name is made of the names of its dentry and their parents up to
@@ -72,7 +75,6 @@ struct open_path {
 	__u64 file_dentry;
 	__u64 root_mnt;
 	__u64 root_dentry;
-	__u64 root_ino;
 	__u64 mount_ns; /* the opener's mount namespace */
 	__u64 mount_events; /* its event number */
 	/* Not compared: the opener's fs_struct sequence, which must not change (a chroot) between
@@ -95,6 +97,10 @@ struct open_key {
 
 struct open_slot {
 	__u64 sequence; /* odd while written */
+	/* Opens answered from the slot, whatever it held: it only grows (the agent sums the slots'
+	 * counts through a mapping of the map for palisade_opens_cached_total). On the line every
+	 * hit writes already, unlike a counter of its own. */
+	__u64 hits;
 	__u64 written; /* jiffies */
 	/* The tag (tag_of) of the last open of the inode by a target that found no tag of its own:
 	 * a hint, written with a plain store, next to what every open reads first. Another open's
@@ -104,8 +110,14 @@ struct open_slot {
 	struct open_key key;
 };
 
+_Static_assert(__builtin_offsetof(struct open_slot, hits) == PALISADE_OPEN_SLOT_HITS,
+	       "the agent reads the slots' counts there");
+/* A slot's sequence and count on one cache line, which a hit writes. */
+_Static_assert(sizeof(struct open_slot) % 64 == 0, "slots start on cache lines");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, OPEN_SLOTS);
 	__type(key, __u32);
 	__type(value, struct open_slot);
@@ -150,10 +162,8 @@ static __always_inline int fill_open_path(struct open_path *path, struct task_st
 		return 0;
 	path->file_mnt = (__u64)file->f_path.mnt;
 	path->file_dentry = (__u64)dentry;
-	struct dentry *root = fs->root.dentry;
 	path->root_mnt = (__u64)fs->root.mnt;
-	path->root_dentry = (__u64)root;
-	path->root_ino = root->d_inode->i_ino;
+	path->root_dentry = (__u64)fs->root.dentry;
 	/* The root read whole. */
 	return root_sequence(fs) == path->root_sequence;
 }
@@ -168,8 +178,7 @@ static __always_inline int same_path(const struct open_path *a, const struct ope
 {
 	return a->file_mnt == b->file_mnt && a->file_dentry == b->file_dentry &&
 	       a->root_mnt == b->root_mnt && a->root_dentry == b->root_dentry &&
-	       a->root_ino == b->root_ino && a->mount_ns == b->mount_ns &&
-	       a->mount_events == b->mount_events;
+	       a->mount_ns == b->mount_ns && a->mount_events == b->mount_events;
 }
 
 /* The same file (by inode), opener (by cgroup) and generation. */
@@ -233,8 +242,10 @@ static __always_inline int open_needs_nothing(struct open_key *key, struct file 
 		    fill_open_path(&path, task, file, dentry) && same_file(&slot->key, key) &&
 		    same_path(&slot->key.path, &path) &&
 		    bpf_jiffies64() - slot->written < OPEN_SLOT_LIFETIME &&
-		    ordered_read(&slot->sequence) == sequence)
+		    ordered_read(&slot->sequence) == sequence) {
+			__sync_fetch_and_add(&slot->hits, 1);
 			return 1;
+		}
 	}
 	/* A task that is no target stops here: only targets tag slots. */
 	key->seen = slot->tag == tag_of(key);

@@ -13,10 +13,10 @@ use aya::{
 };
 use palisade_common::{
     HookCost, RuleCount, RuleKey, STAT_EVENTS, STAT_EVENTS_DROPPED, STAT_EVENTS_REPEATED,
-    STAT_EVENTS_THROTTLED, STAT_MODEL_DROPPED, STAT_OPENS_CACHED, STAT_UNCOUNTED, STAT_UNDECIDED,
+    STAT_EVENTS_THROTTLED, STAT_MODEL_DROPPED, STAT_UNCOUNTED, STAT_UNDECIDED,
 };
 
-use super::{HOOKS, PolicyRegistry};
+use super::{HOOKS, OpenCache, PolicyRegistry};
 
 /// Kernel counters, summed over CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -123,7 +123,8 @@ impl Counters {
         }
     }
 
-    pub fn stats(&self) -> Result<Stats, MapError> {
+    /// The counters, with those of the open verdict cache `open_cache`.
+    pub fn stats(&self, open_cache: &OpenCache) -> Result<Stats, MapError> {
         let sum =
             |index: u32| -> Result<u64, MapError> { Ok(self.stats.get(&index, 0)?.iter().sum()) };
         Ok(Stats {
@@ -134,7 +135,7 @@ impl Counters {
             undecided: sum(STAT_UNDECIDED)?,
             uncounted: sum(STAT_UNCOUNTED)?,
             model_dropped: sum(STAT_MODEL_DROPPED)?,
-            opens_cached: sum(STAT_OPENS_CACHED)?,
+            opens_cached: open_cache.answered()?,
         })
     }
 

@@ -121,10 +121,12 @@ impl Enforcer {
             targets: pinned.target_levels,
             enforced: pinned.enforced_levels,
         };
-        let open_cache = OpenCache::new(open_generation).map_err(|source| LoadError::MapSetup {
-            name: "open_generation",
-            source,
-        })?;
+        let open_slots = programs.open_slots()?;
+        let open_cache =
+            OpenCache::new(open_generation, open_slots).map_err(|source| LoadError::MapSetup {
+                name: "open_generation",
+                source,
+            })?;
         let mut enforcer = Self {
             programs,
             sizes: *sizes,
@@ -300,7 +302,7 @@ impl Enforcer {
     }
 
     pub fn stats(&self) -> Result<Stats, MapError> {
-        self.counters.stats()
+        self.counters.stats(&self.open_cache)
     }
 
     /// Limits the audit events of each rule on each target to `rate` (None: no limit).

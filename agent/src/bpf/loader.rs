@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{Array, IterableMap, MapData},
+    maps::{Array, IterableMap, Map, MapData},
     programs::{FEntry, FExit, Lsm, ProgramError, links::FdLink},
 };
 use tracing::{info, warn};
@@ -143,6 +143,17 @@ impl Programs {
             replaced_pinned_state: replaced,
         };
         Ok((programs, maps))
+    }
+
+    /// The open verdict cache's slots, a map only the programs write.
+    pub fn open_slots(&self) -> Result<open_cache::Slots, LoadError> {
+        let Some(Map::Array(map)) = self.ebpf.map("open_verdicts") else {
+            return Err(LoadError::Map("open_verdicts"));
+        };
+        open_cache::Slots::new(map).map_err(|source| LoadError::MapSetup {
+            name: "open_verdicts",
+            source,
+        })
     }
 
     pub fn replaced_pinned_state(&self) -> bool {

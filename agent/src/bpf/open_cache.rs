@@ -1,11 +1,14 @@
-//! The generation of the open verdict cache (ebpf/programs/open_cache.h): a cached open holds
-//! only within the generation it was decided in. Whatever changes what decides a target's open
-//! without its path adds an epoch to it once the change is made: the enforcer (targets, the
-//! policies they point at) and the protected files (a file newly kept from targets) both hold
-//! this handle. The programs on `__d_move` add one at each dentry move's start and end.
+//! The open verdict cache (ebpf/programs/open_cache.h), seen from the agent: its generation and
+//! the count of opens its slots answered.
+//!
+//! A cached open holds only within the generation it was decided in. Whatever changes what
+//! decides a target's open without its path adds an epoch to it once the change is made: the
+//! enforcer (targets, the policies they point at) and the protected files (a file newly kept
+//! from targets) both hold this handle. The programs on `__d_move` add one at each dentry
+//! move's start and end.
 
 use std::{
-    os::fd::{AsFd, AsRawFd},
+    os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
     ptr::NonNull,
     sync::{
         Arc,
@@ -17,18 +20,27 @@ use aya::{
     maps::{Array, IterableMap, MapData, MapError},
     sys::SyscallError,
 };
+use palisade_common::OPEN_SLOT_HITS;
 
 /// An epoch: even, so that an odd generation (the cache off) stays odd.
 const EPOCH: u64 = 1 << 32;
 
 #[derive(Clone)]
-pub struct OpenCache(Arc<Generation>);
+pub struct OpenCache(Arc<Inner>);
+
+struct Inner {
+    generation: Generation,
+    slots: Slots,
+}
 
 impl OpenCache {
     /// Starts a new epoch in `generation` (the map, an earlier agent's if pinned): the cached
     /// opens of that agent's decisions are not this one's.
-    pub(super) fn new(generation: Array<MapData, u64>) -> Result<Self, MapError> {
-        let cache = Self(Arc::new(Generation::map(generation.map())?));
+    pub(super) fn new(generation: Array<MapData, u64>, slots: Slots) -> Result<Self, MapError> {
+        let cache = Self(Arc::new(Inner {
+            generation: Generation::map(generation.map())?,
+            slots,
+        }));
         cache.forget();
         Ok(cache)
     }
@@ -37,7 +49,13 @@ impl OpenCache {
     /// barrier: the change, written by the kernel on this thread, is visible to every CPU before
     /// the epoch is (the programs read the generation first).
     pub fn forget(&self) {
-        self.0.value().fetch_add(EPOCH, Ordering::SeqCst);
+        self.0.generation.value().fetch_add(EPOCH, Ordering::SeqCst);
+    }
+
+    /// The opens of targets the cache answered (without resolving their path), since its map
+    /// was made.
+    pub fn answered(&self) -> Result<u64, MapError> {
+        self.0.slots.hits()
     }
 }
 
@@ -52,46 +70,114 @@ pub(super) fn turn_off(generation: &MapData) -> Result<(), MapError> {
 
 /// The generation's map (`BPF_F_MMAPABLE`) mapped into the agent: its value changes by atomic
 /// adds, as the programs' do, so that none is lost to a write and no program reads one torn.
-struct Generation(NonNull<AtomicU64>);
-
-// The value is an atomic, which the mapping keeps valid until dropped.
-unsafe impl Send for Generation {}
-unsafe impl Sync for Generation {}
+struct Generation(Mapping);
 
 impl Generation {
     fn map(map: &MapData) -> Result<Self, MapError> {
-        // SAFETY: a new shared mapping of the map's one page, unmapped on drop; the kernel
-        // places element 0 at its start, aligned for a u64.
-        let mapped = unsafe {
+        Ok(Self(Mapping::new(
+            map.fd().as_fd(),
+            page_size(),
+            libc::PROT_READ | libc::PROT_WRITE,
+        )?))
+    }
+
+    fn value(&self) -> &AtomicU64 {
+        // SAFETY: the kernel places element 0 at the mapping's start, aligned for a u64.
+        unsafe { self.0.start.cast::<AtomicU64>().as_ref() }
+    }
+}
+
+/// The slots of `open_verdicts` (`BPF_F_MMAPABLE`): each counts the opens it answered at
+/// OPEN_SLOT_HITS, and only grows. Mapped only while they are summed: a lasting mapping of the
+/// whole map would be resident in the agent's memory.
+pub(super) struct Slots {
+    map: OwnedFd,
+    count: usize,
+    /// Bytes from a slot to the next: the kernel rounds the value size up to 8.
+    stride: usize,
+}
+
+impl Slots {
+    /// The slots of `map`, through a copy of its descriptor (a map's id gives one only to
+    /// CAP_SYS_ADMIN).
+    pub fn new(map: &MapData) -> Result<Self, MapError> {
+        let info = map.info()?;
+        let map = map
+            .fd()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|io_error| SyscallError {
+                call: "fcntl",
+                io_error,
+            })?;
+        Ok(Self {
+            map,
+            count: info.max_entries() as usize,
+            stride: (info.value_size() as usize).next_multiple_of(8),
+        })
+    }
+
+    fn hits(&self) -> Result<u64, MapError> {
+        let len = (self.count * self.stride).next_multiple_of(page_size());
+        let mapping = Mapping::new(self.map.as_fd(), len, libc::PROT_READ)?;
+        Ok((0..self.count)
+            .map(|slot| {
+                // SAFETY: within the mapping, at a u64's alignment (stride and offset are
+                // multiples of 8); the programs change it by atomic adds only.
+                let hits = unsafe {
+                    mapping
+                        .start
+                        .byte_add(slot * self.stride + OPEN_SLOT_HITS as usize)
+                        .cast::<AtomicU64>()
+                        .as_ref()
+                };
+                hits.load(Ordering::Relaxed)
+            })
+            .sum())
+    }
+}
+
+/// A shared mapping of a map's values, unmapped on drop.
+struct Mapping {
+    start: NonNull<u8>,
+    len: usize,
+}
+
+// What is mapped is read and written through atomics only.
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn new(map: BorrowedFd<'_>, len: usize, protection: libc::c_int) -> Result<Self, MapError> {
+        // SAFETY: a new shared mapping of the map's first `len` bytes, unmapped on drop.
+        let start = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                page_size(),
-                libc::PROT_READ | libc::PROT_WRITE,
+                len,
+                protection,
                 libc::MAP_SHARED,
-                map.fd().as_fd().as_raw_fd(),
+                map.as_raw_fd(),
                 0,
             )
         };
-        if mapped == libc::MAP_FAILED {
+        if start == libc::MAP_FAILED {
             return Err(SyscallError {
                 call: "mmap",
                 io_error: std::io::Error::last_os_error(),
             }
             .into());
         }
-        Ok(Self(NonNull::new(mapped.cast()).expect("mmap succeeded")))
-    }
-
-    fn value(&self) -> &AtomicU64 {
-        // SAFETY: mapped until `self` is dropped.
-        unsafe { self.0.as_ref() }
+        Ok(Self {
+            start: NonNull::new(start.cast()).expect("mmap succeeded"),
+            len,
+        })
     }
 }
 
-impl Drop for Generation {
+impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: the mapping `map` made, no longer referenced.
-        unsafe { libc::munmap(self.0.as_ptr().cast(), page_size()) };
+        // SAFETY: the mapping `new` made, no longer referenced.
+        unsafe { libc::munmap(self.start.as_ptr().cast(), self.len) };
     }
 }
 
