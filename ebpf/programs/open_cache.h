@@ -284,6 +284,9 @@ static __always_inline void remember_open(const struct open_key *key, __u32 perm
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct fs_struct *fs = task->fs;
 	struct path root = fs->root;
+	/* The cgroup by the helper, though the key read it through the task's pointers: where
+	 * that chain of loads faulted, the key holds 0, which the helper's id never matches, and
+	 * nothing is remembered. */
 	if ((__u64)root.mnt != key->path.root_mnt || (__u64)root.dentry != key->path.root_dentry ||
 	    root_sequence(fs) != key->path.root_sequence ||
 	    bpf_get_current_cgroup_id() != key->cgroup)
