@@ -16,7 +16,7 @@ use palisade_common::{
     STAT_EVENTS_THROTTLED, STAT_MODEL_DROPPED, STAT_UNCOUNTED, STAT_UNDECIDED,
 };
 
-use super::{HOOKS, OpenCache, PolicyRegistry};
+use super::{HOOKS, PolicyRegistry};
 
 /// Kernel counters, summed over CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -34,8 +34,6 @@ pub struct Stats {
     /// Behaviour records lost: the record map full, and the model not open (its overflow
     /// record missing).
     pub model_dropped: u64,
-    /// Opens of targets the open verdict cache answered without resolving their path.
-    pub opens_cached: u64,
 }
 
 /// The decisions of one rule of one policy in one hook, by action.
@@ -123,8 +121,7 @@ impl Counters {
         }
     }
 
-    /// The counters, with those of the open verdict cache `open_cache`.
-    pub fn stats(&self, open_cache: &OpenCache) -> Result<Stats, MapError> {
+    pub fn stats(&self) -> Result<Stats, MapError> {
         let sum =
             |index: u32| -> Result<u64, MapError> { Ok(self.stats.get(&index, 0)?.iter().sum()) };
         Ok(Stats {
@@ -135,7 +132,6 @@ impl Counters {
             undecided: sum(STAT_UNDECIDED)?,
             uncounted: sum(STAT_UNCOUNTED)?,
             model_dropped: sum(STAT_MODEL_DROPPED)?,
-            opens_cached: open_cache.answered()?,
         })
     }
 

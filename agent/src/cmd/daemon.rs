@@ -536,6 +536,7 @@ fn snapshot(session: &Session) -> KernelSnapshot {
     let enforcer = &session.enforcer;
     KernelSnapshot {
         stats: or_default(enforcer.stats()),
+        opens_cached: or_default(enforcer.opens_cached()),
         targets: enforcer.target_count() as u64,
         rules: or_default(enforcer.rule_counts()),
         decision_costs: or_default(enforcer.decision_costs()),

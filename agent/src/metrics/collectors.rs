@@ -181,7 +181,7 @@ impl Collector for KernelCollector {
             (
                 "opens_cached",
                 "Opens of targets the open verdict cache answered without resolving their path",
-                snapshot.stats.opens_cached,
+                snapshot.opens_cached,
             ),
             (
                 "events_written",

@@ -31,6 +31,7 @@ use crate::bpf::{DecisionCost, ProgramRuns, RuleCounts, RuleLabels, Stats};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KernelSnapshot {
     pub stats: Stats,
+    pub opens_cached: u64,
     pub targets: u64,
     pub rules: BTreeMap<RuleLabels, RuleCounts>,
     /// While cost is measured.
@@ -247,8 +248,8 @@ mod tests {
                 undecided: 1,
                 uncounted: 0,
                 model_dropped: 0,
-                opens_cached: 11,
             },
+            opens_cached: 11,
             targets: 4,
             agent_events: AgentEventCounts {
                 written: 9,

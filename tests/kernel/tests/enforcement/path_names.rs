@@ -14,12 +14,12 @@ fn an_allowed_file_opened_again_is_answered_by_the_cache() {
     let mut kernel = Kernel::new();
     let target = denying_under(&mut kernel, "cached", "/tmp/cached/secret");
     let public = file("/tmp/cached/public/file");
-    let before = kernel.enforcer().stats().unwrap().opens_cached;
+    let before = kernel.enforcer().opens_cached().unwrap();
     assert_eq!(
         probe(Some(&target), &["read-times", "50", public]),
         Answer::Ok
     );
-    let cached = kernel.enforcer().stats().unwrap().opens_cached - before;
+    let cached = kernel.enforcer().opens_cached().unwrap() - before;
     // The first open tags the file's slot, the second fills it; the files the probe's start
     // opens once are not remembered.
     assert_eq!(
