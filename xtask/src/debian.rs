@@ -2,6 +2,7 @@
 //! outside the clone: the VM's kernels, and tools the tests run.
 
 use std::{
+    fs::File,
     path::{Path, PathBuf},
     process::Command,
 };
@@ -10,7 +11,18 @@ use anyhow::Context;
 
 use crate::{cache_dir, run};
 
-/// The .deb of `package` in `dir`, downloaded on first use.
+/// Holds the cache directory `dir` for this process until the file returned is dropped: two
+/// xtasks at once (a benchmark beside a test run) that download or extract the same package would
+/// each remove the other's half-extracted files.
+pub fn lock(dir: &Path) -> anyhow::Result<File> {
+    std::fs::create_dir_all(dir)?;
+    let lock = File::create(dir.join(".lock"))?;
+    lock.lock()
+        .with_context(|| format!("locking {}", dir.display()))?;
+    Ok(lock)
+}
+
+/// The .deb of `package` in `dir`, downloaded on first use (under `lock(dir)`).
 pub fn download(dir: &Path, package: &str) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
     if let Some(deb) = find_deb(dir, package)? {
@@ -25,7 +37,9 @@ pub fn download(dir: &Path, package: &str) -> anyhow::Result<PathBuf> {
 
 /// The files of `package`, unpacked on first use: the directory that stands for `/`.
 pub fn unpacked(package: &str) -> anyhow::Result<PathBuf> {
-    let deb = download(&cache_dir().join("debs"), package)?;
+    let dir = cache_dir().join("debs");
+    let _lock = lock(&dir)?;
+    let deb = download(&dir, package)?;
     let root = deb.with_extension("root");
     if root.exists() {
         return Ok(root);

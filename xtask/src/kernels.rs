@@ -5,7 +5,11 @@ use std::{path::PathBuf, process::Command};
 
 use anyhow::Context;
 
-use crate::{cache_dir, debian::download, run};
+use crate::{
+    cache_dir,
+    debian::{download, lock},
+    run,
+};
 
 /// The image package of the newest `linux-image-amd64` of `series` (e.g. "6.12") apt knows.
 fn resolve(series: &str) -> anyhow::Result<String> {
@@ -72,6 +76,7 @@ pub fn fetch(series: &str) -> anyhow::Result<Kernel> {
         .with_context(|| format!("{package} is not a linux-image package"))?
         .to_owned();
     let dir = cache_dir().join("kernels");
+    let _lock = lock(&dir)?;
     let kernel = Kernel {
         vmlinuz: dir.join(format!("{package}.vmlinuz")),
         modules: MODULES
