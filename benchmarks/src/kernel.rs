@@ -37,6 +37,10 @@ pub const STATES: &[(&str, &str)] = &[
         "S7",
         "DefenseInDepth: S4-8's rules on top of an allowlist of 8 directories and the rest",
     ),
+    (
+        "S8",
+        "S4-10000 with the open verdict cache off (agent --no-open-cache)",
+    ),
 ];
 
 /// The states real workloads run in.

@@ -102,6 +102,10 @@ typedef uint64_t __u64;
 
 /* Where a slot of `open_verdicts` (open_cache.h) counts the opens it answered: a byte offset. */
 #define PALISADE_OPEN_SLOT_HITS 8
+/* The bit of the open verdict cache's generation (open_cache.h) that turns the cache off: no open
+ * is answered from it or remembered in it. The agent sets it where the kernel's dentry moves
+ * cannot be counted, and when asked to (`palisade agent --no-open-cache`). */
+#define PALISADE_OPEN_CACHE_OFF_BIT 63
 
 /* Capabilities a policy can name: bit i of a mask is capability i (CAP_LAST_CAP is 40 today). */
 #define PALISADE_CAP_COUNT 64

@@ -10,7 +10,8 @@
  *   the same protected files (while nothing is targeted, lsm/d_instantiate does not keep the
  *   slots: targeting resumes with a change, in a new epoch). The programs on __d_move advance
  *   it by one at the start and at the end of each of the kernel's dentry moves (rename,
- *   exchange, a directory alias spliced in): odd while one is under way, when nothing is cached;
+ *   exchange, a directory alias spliced in): odd while one is under way, when nothing is cached.
+ *   Its top bit (PALISADE_OPEN_CACHE_OFF_BIT), which the agent sets, turns the cache off;
  * - the inode (address, number, device), and the mount and dentry it was opened through: another
  *   mount or namespace is another mount, another name another dentry. A new dentry of the inode
  *   (a lookup, a link, a file handle decoded, a new inode's first: lsm/d_instantiate) empties its
@@ -53,9 +54,10 @@
 #define OPEN_SLOT_LIFETIME 10000
 
 /*
- * Element 0: the generation. It only grows, by atomic adds, so that a slot's never comes back:
- * the agent adds its epochs through a mapping of the map. A map, not global data: the loader
- * writes a global's initial value also into a pinned copy it adopts.
+ * Element 0: the generation. Besides its top bit (PALISADE_OPEN_CACHE_OFF_BIT), it only grows,
+ * by atomic adds, so that a slot's never comes back: the agent adds its epochs (and sets or
+ * clears the bit) through a mapping of the map. A map, not global data: the loader writes a
+ * global's initial value also into a pinned copy it adopts.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -205,8 +207,8 @@ static __always_inline __u64 ordered_read(__u64 *value)
 /*
  * Whether the cache says the current task's open of `file` (through `dentry`, of `inode`) needs
  * nothing for `perms`. Starts `key` on the way (generation, cgroup, inode, seen), for the
- * decision that follows a miss, which reads the path part afresh; no key (while a dentry moves)
- * is no decision to remember. Where that decision is to be remembered (seen), orders the
+ * decision that follows a miss, which reads the path part afresh; no key (while a dentry moves,
+ * or with the cache off) is no decision to remember. Where that decision is to be remembered (seen), orders the
  * generation's load before the decision's: what it reads is what the agent published at that
  * epoch or later.
  */
@@ -218,7 +220,7 @@ static __always_inline int open_needs_nothing(struct open_key *key, struct file 
 	__u64 *generation = bpf_map_lookup_elem(&open_generation, &zero);
 	/* No generation is as good as a move under way. */
 	key->generation = generation ? *(volatile __u64 *)generation : 1;
-	if (key->generation & 1) {
+	if (key->generation & (1ull << PALISADE_OPEN_CACHE_OFF_BIT | 1)) {
 		key->inode = 0;
 		return 0;
 	}

@@ -311,6 +311,13 @@ impl Enforcer {
         self.open_cache.answered()
     }
 
+    /// Decides every open of a target by its path from now on, never from the open verdict
+    /// cache: what the cache saves is measured against this. Until the programs are loaded
+    /// again (or adopted).
+    pub fn turn_open_cache_off(&self) {
+        self.open_cache.turn_off();
+    }
+
     /// Limits the audit events of each rule on each target to `rate` (None: no limit).
     /// Decisions are never limited, only their reports.
     pub fn set_audit_rate(&mut self, rate: Option<AuditRate>) -> Result<(), MapError> {

@@ -59,8 +59,8 @@ fn count_dentry_moves(
     Ok(())
 }
 
-/// Turns the open verdict cache off (open_cache::turn_off).
-fn turn_open_cache_off(ebpf: &Ebpf) -> Result<(), LoadError> {
+/// Turns the open verdict cache off or on (open_cache::set_off).
+fn set_open_cache_off(ebpf: &Ebpf, off: bool) -> Result<(), LoadError> {
     let setup = |source| LoadError::MapSetup {
         name: "open_generation",
         source,
@@ -70,7 +70,7 @@ fn turn_open_cache_off(ebpf: &Ebpf) -> Result<(), LoadError> {
         .ok_or(LoadError::Map("open_generation"))?
         .try_into()
         .map_err(setup)?;
-    open_cache::turn_off(generation.map()).map_err(setup)
+    open_cache::set_off(generation.map(), off).map_err(setup)
 }
 
 pub(super) struct Programs {
@@ -122,16 +122,20 @@ impl Programs {
             }
         }
         let mut ebpf = loader.load(OBJECT)?;
+        // Moves counted (the adopted programs count them) before any open is decided, and
+        // remembered. On again after an agent that turned the cache off.
+        let moves_counted = adopted
+            || count_dentry_moves(&mut ebpf, &btf, &pinned)
+                .inspect_err(|err| {
+                    warn!(
+                        error = %err,
+                        "the open verdict cache is off: this kernel's dentry moves cannot be \
+                         counted, so every open in a target with path rules resolves its path"
+                    )
+                })
+                .is_ok();
+        set_open_cache_off(&ebpf, !moves_counted)?;
         if !adopted {
-            // Moves counted before any open is decided, and remembered.
-            if let Err(err) = count_dentry_moves(&mut ebpf, &btf, &pinned) {
-                warn!(
-                    error = %err,
-                    "the open verdict cache is off: this kernel's dentry moves cannot be counted, \
-                     so every open in a target with path rules resolves its path"
-                );
-                turn_open_cache_off(&ebpf)?;
-            }
             for name in PROGRAMS {
                 load_and_attach!(ebpf, Lsm, *name, name, &btf, &pinned);
             }

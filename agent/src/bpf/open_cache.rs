@@ -5,7 +5,8 @@
 //! decides a target's open without its path adds an epoch to it once the change is made: the
 //! enforcer (targets, the policies they point at) and the protected files (a file newly kept
 //! from targets) both hold this handle. The programs on `__d_move` add one at each dentry
-//! move's start and end.
+//! move's start and end. Its top bit turns the cache off: on a kernel whose dentry moves cannot
+//! be counted, and for `palisade agent --no-open-cache`.
 
 use std::{
     os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
@@ -20,10 +21,12 @@ use aya::{
     maps::{Array, IterableMap, MapData, MapError},
     sys::SyscallError,
 };
-use palisade_common::OPEN_SLOT_HITS;
+use palisade_common::{OPEN_CACHE_OFF_BIT, OPEN_SLOT_HITS};
 
-/// An epoch: even, so that an odd generation (the cache off) stays odd.
+/// An epoch: even, so that an odd generation (a dentry move under way) stays odd.
 const EPOCH: u64 = 1 << 32;
+/// The generation's bit that turns the cache off.
+const OFF: u64 = 1 << OPEN_CACHE_OFF_BIT;
 
 #[derive(Clone)]
 pub struct OpenCache(Arc<Inner>);
@@ -57,14 +60,18 @@ impl OpenCache {
     pub fn answered(&self) -> Result<u64, MapError> {
         self.0.slots.hits()
     }
+
+    /// Keeps the cache from answering or remembering any open from now on, until an agent
+    /// loads the programs again.
+    pub fn turn_off(&self) {
+        self.0.generation.set_off(true);
+    }
 }
 
-/// Keeps the cache from answering or remembering any open: an odd generation, a dentry move
-/// under way for the programs, stays odd while nothing counts moves.
-pub(super) fn turn_off(generation: &MapData) -> Result<(), MapError> {
-    Generation::map(generation)?
-        .value()
-        .fetch_or(1, Ordering::SeqCst);
+/// Turns the cache of the generation's map off (every open is decided by its path), or on: off
+/// wherever nothing counts the kernel's dentry moves.
+pub(super) fn set_off(generation: &MapData, off: bool) -> Result<(), MapError> {
+    Generation::map(generation)?.set_off(off);
     Ok(())
 }
 
@@ -84,6 +91,15 @@ impl Generation {
     fn value(&self) -> &AtomicU64 {
         // SAFETY: the kernel places element 0 at the mapping's start, aligned for a u64.
         unsafe { self.0.start.cast::<AtomicU64>().as_ref() }
+    }
+
+    /// Sets or clears OFF, leaving the count the programs add to as it is.
+    fn set_off(&self, off: bool) {
+        if off {
+            self.value().fetch_or(OFF, Ordering::SeqCst);
+        } else {
+            self.value().fetch_and(!OFF, Ordering::SeqCst);
+        }
     }
 }
 

@@ -106,6 +106,11 @@ pub struct AgentArgs {
     /// two per hook call.
     #[arg(long)]
     pub bpf_stats: bool,
+    /// Decide every open of a target by its path, never from the open verdict cache (which
+    /// answers an open decided before without resolving its path again): measures what the
+    /// cache saves. A restart without it turns the cache on again.
+    #[arg(long)]
+    pub no_open_cache: bool,
     /// Also post every audit event, in Falco's output format, to Falcosidekick at URL
     /// (http://HOST:2801/, or https:// to its tlsserver).
     #[arg(long, value_name = "URL")]
@@ -299,6 +304,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
         .context("setting the audit rate")?;
     if args.bpf_stats {
         enforcer.measure_cost()?;
+    }
+    if args.no_open_cache {
+        enforcer.turn_open_cache_off();
+        info!("the open verdict cache is off: every open of a target is decided by its path");
     }
     if enforcer.replaced_pinned_state() {
         metrics.pinned_state_replaced.inc();

@@ -1,4 +1,4 @@
-//! The overhead states (S0-S7, the floor and d_path), measured in interleaved rounds: every
+//! The overhead states (S0-S8, the floor and d_path), measured in interleaved rounds: every
 //! round visits every state, so that a drift of the machine touches them all alike.
 
 use std::{collections::HashMap, time::Duration};
@@ -98,9 +98,18 @@ fn state_policy(state: &str) -> Option<String> {
         "S5" => enhance_protect(1, &file_rule("denied", micro::DENIED, "read", "deny")),
         "S6" => enhance_protect(1, &file_rule("audited", AUDITED, "read", "audit")),
         "S7" => defense_in_depth(8),
+        "S8" => enhance_protect(10_000, ""),
         state => enhance_protect(state.strip_prefix("S4-")?.parse().ok()?, ""),
     };
     Some(policy_file("bench", TARGET, &spec))
+}
+
+/// The agent's options in `state`.
+fn agent_options(state: &str) -> &'static [&'static str] {
+    match state {
+        "S8" => &["--no-open-cache"],
+        _ => &[],
+    }
 }
 
 /// Runs every microbenchmark once in the target, each with `1 / share` of its operations.
@@ -160,8 +169,8 @@ impl Drop for Background {
     }
 }
 
-/// Brings the kernel into `state` (the agent running from S1 on), runs `measure` there once
-/// the guest is idle.
+/// Brings the kernel into `state` (the agent running from S1 on, restarted where the state's
+/// options differ from its own), runs `measure` there once the guest is idle.
 fn visit(
     cgroups: &Cgroups,
     state: &str,
@@ -179,8 +188,17 @@ fn visit(
             measure()
         }
         _ => {
+            let options = agent_options(state);
+            if agent
+                .as_ref()
+                .is_some_and(|running| running.options() != options)
+            {
+                // Started with no policy: it would apply the last state's first.
+                clear_policies()?;
+                agent.take().expect("running").stop()?;
+            }
             if agent.is_none() {
-                *agent = Some(Agent::start(&[])?);
+                *agent = Some(Agent::start(options)?);
             }
             let agent = agent.as_ref().expect("started");
             if let Some(policy) = state_policy(state) {
@@ -305,7 +323,7 @@ mod tests {
         assert_eq!(
             with_policy,
             [
-                "S2", "S3", "S4-1", "S4-8", "S4-64", "S4-1024", "S4-10000", "S5", "S6", "S7"
+                "S2", "S3", "S4-1", "S4-8", "S4-64", "S4-1024", "S4-10000", "S5", "S6", "S7", "S8"
             ]
         );
     }

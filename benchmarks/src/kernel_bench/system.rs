@@ -203,6 +203,8 @@ pub fn wait_for(
 /// /proc, is counted in ticks of 10 ms: 10 million instructions under `-icount`).
 pub struct Agent {
     child: Child,
+    /// The command-line options it was started with besides the harness's own.
+    options: Vec<String>,
     log: PathBuf,
     cgroup: Cgroup,
 }
@@ -258,7 +260,12 @@ impl Agent {
             .stderr(std::fs::File::create(&log)?)
             .spawn()
             .context("starting the agent")?;
-        let mut agent = Self { child, log, cgroup };
+        let mut agent = Self {
+            child,
+            options: extra.iter().map(|option| (*option).to_owned()).collect(),
+            log,
+            cgroup,
+        };
         wait_for("the agent ready", Duration::from_secs(600), || {
             if let Some(status) = agent.child.try_wait()? {
                 bail!("the agent exited ({status}): {}", agent.log());
@@ -266,6 +273,10 @@ impl Agent {
             Ok(http_get("/readyz").map(|(status, _)| status).unwrap_or(0) == 200)
         })?;
         Ok(agent)
+    }
+
+    pub fn options(&self) -> &[String] {
+        &self.options
     }
 
     pub fn pid(&self) -> u32 {

@@ -1,4 +1,5 @@
-//! Enforcement that outlives the agent: pinned in bpffs, taken over by a restarted agent, handed
+//! Enforcement that outlives the agent: pinned in bpffs, taken over by a restarted agent (which
+//! takes over the programs, not the open verdict cache turned off by `--no-open-cache`), handed
 //! over by a new build without a moment unprotected, and removed only by `--cleanup`; and
 //! enforcement that starts before a target does: a cgroup created after its policy is armed by
 //! the kernel before anything runs in it.
@@ -14,7 +15,11 @@ use palisade_kernel_tests::{
     spawn_probe,
 };
 
-use super::{Agent, cleanup_agent, eventually, fresh_dir, wait_until, write_policy};
+use super::{
+    Agent, cleanup_agent, eventually, fresh_dir,
+    observability::{Scrape, wait_until_ready},
+    wait_until, write_policy,
+};
 
 fn assert_never_allowed(report: &ProbeReport) {
     assert!(
@@ -62,6 +67,64 @@ fn a_killed_agent_keeps_enforcing_and_a_restarted_one_takes_over() {
     cleanup_agent(bpffs);
     // The kernel releases unpinned links asynchronously (6.12 defers it to a workqueue).
     eventually(&target, second, &Answer::Ok);
+}
+
+#[test]
+fn an_agent_without_the_open_cache_decides_every_open_and_a_restart_turns_it_on_again() {
+    let mut kernel = Kernel::new();
+    let target = kernel.cgroup(None, "uncached");
+    let secret = file("/tmp/uncached/secret");
+    let public = file("/tmp/uncached/public");
+    let dir = fresh_dir("/tmp/uncached-policies");
+    let bpffs = "/sys/fs/bpf/palisade-test-uncached";
+    write_policy(
+        &format!("{dir}/app.yaml"),
+        "app",
+        target.path.to_str().unwrap(),
+        secret,
+    );
+    let cached = || Scrape::now().value("palisade_opens_cached_total", &[]);
+    let agent = Agent::start_with(dir, bpffs, "uncached-1", &["--no-open-cache"]);
+    wait_until_ready(&agent);
+    eventually(&target, secret, &EPERM);
+    let before = cached();
+    assert_eq!(
+        probe(Some(&target), &["read-times", "50", public]),
+        Answer::Ok
+    );
+    assert_eq!(
+        cached() - before,
+        0.0,
+        "opens answered by a cache turned off"
+    );
+    assert_eq!(probe(Some(&target), &["read", secret]), EPERM);
+    let (stopped, log) = agent.stop(libc::SIGTERM);
+    assert!(stopped, "{log}");
+    // The next agent adopts the pinned programs, and the cache is on: the first of 50 reads
+    // tags the file's slot, the second fills it, the 48 after are answered from it (unless
+    // the agent started a new epoch meanwhile: then again).
+    let agent = Agent::start(dir, bpffs, "uncached-2");
+    wait_until_ready(&agent);
+    let links = Path::new(bpffs).join(object_version()).join("links");
+    assert_eq!(
+        std::fs::read_dir(&links).unwrap().count(),
+        palisade_agent::bpf::PROGRAM_COUNT,
+        "the programs adopted, not loaded again"
+    );
+    wait_until(
+        || {
+            let before = cached();
+            assert_eq!(
+                probe(Some(&target), &["read-times", "50", public]),
+                Answer::Ok
+            );
+            cached() - before >= 48.0
+        },
+        || format!("the cache never answered 48 of 50 reads: {}", agent.log()),
+    );
+    assert_eq!(probe(Some(&target), &["read", secret]), EPERM);
+    drop(agent);
+    cleanup_agent(bpffs);
 }
 
 #[test]
