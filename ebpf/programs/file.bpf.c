@@ -89,9 +89,9 @@ static __always_inline void count_dentry_move(__u64 parity)
 		return;
 	/* Moves are one at a time, under rename_lock: nothing changes the generation's parity
 	 * between this read and the add (the agent adds even epochs, and sets or clears only the
-	 * top bit). A generation already of the
-	 * parity (the other program missed a move, attached after it began) advances by 2: it
-	 * changes all the same, and a missed start or end is not carried on to every move after.
+	 * top bit). A generation already of the parity (the other program missed a move, attached
+	 * after it began) advances by 2: it changes all the same, and a missed start or end is not
+	 * carried on to every move after.
 	 * Used, the add is fully ordered (unused, it is not on arm64): begun, counted before any
 	 * name changes; ended, after. */
 	__u64 step = (*generation & 1) == parity ? 2 : 1;

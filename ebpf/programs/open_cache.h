@@ -208,9 +208,9 @@ static __always_inline __u64 ordered_read(__u64 *value)
  * Whether the cache says the current task's open of `file` (through `dentry`, of `inode`) needs
  * nothing for `perms`. Starts `key` on the way (generation, cgroup, inode, seen), for the
  * decision that follows a miss, which reads the path part afresh; no key (while a dentry moves,
- * or with the cache off) is no decision to remember. Where that decision is to be remembered (seen), orders the
- * generation's load before the decision's: what it reads is what the agent published at that
- * epoch or later.
+ * or with the cache off) is no decision to remember. Where that decision is to be remembered
+ * (seen), orders the generation's load before the decision's: what it reads is what the agent
+ * published at that epoch or later.
  */
 static __always_inline int open_needs_nothing(struct open_key *key, struct file *file,
 					      struct dentry *dentry, struct inode *inode,
