@@ -122,6 +122,11 @@ impl Kernel {
             .collect()
     }
 
+    /// The median over rounds of ns per operation of `bench` in `state`.
+    fn median_ns(&self, state: &str, bench: &str) -> Option<f64> {
+        median(self.micro(state, bench).into_values())
+    }
+
     /// Overhead of `bench` in `state` against S0: more time per operation is positive.
     fn overhead(&self, state: &str, bench: &str) -> Option<Spread> {
         ratios(&self.micro(state, bench), &self.micro("S0", bench))
@@ -366,9 +371,10 @@ fn micro_tables(kernel: &Kernel) -> String {
         kernel.label
     );
     md += &table_head(&["benchmark"], &[&["S0 ns/op"], &states[..]].concat());
-    let at = |state: &str, bench: &str| median(kernel.micro(state, bench).into_values());
     for bench in kernel.benches() {
-        let base = at("S0", &bench).map_or("-".into(), |ns| format!("{ns:.0}"));
+        let base = kernel
+            .median_ns("S0", &bench)
+            .map_or("-".into(), |ns| format!("{ns:.0}"));
         let _ = write!(md, "| {bench} | {base} |");
         for state in &states {
             let _ = write!(md, " {} |", percent(kernel.overhead(state, &bench)));
@@ -388,7 +394,11 @@ fn micro_tables(kernel: &Kernel) -> String {
     for bench in kernel.benches() {
         let _ = write!(md, "| {bench} |");
         for state in &allow {
-            let cell = match (at(state, &bench), at("S0", &bench), at("floor", &bench)) {
+            let cell = match (
+                kernel.median_ns(state, &bench),
+                kernel.median_ns("S0", &bench),
+                kernel.median_ns("floor", &bench),
+            ) {
                 (Some(value), Some(base), Some(floor)) if floor - base > 0.0 => {
                     format!("{:.1}x", (value - base) / (floor - base))
                 }
@@ -493,10 +503,7 @@ fn open_cache_table(kernel: &Kernel) -> String {
     );
     md += &table_head(&["benchmark"], &["S4-10000", "S8", "on / off"]);
     let over_s0 = |state: &str, bench: &str| {
-        Some(
-            median(kernel.micro(state, bench).into_values())?
-                - median(kernel.micro("S0", bench).into_values())?,
-        )
+        Some(kernel.median_ns(state, bench)? - kernel.median_ns("S0", bench)?)
     };
     for bench in ["open_close", "open_many"] {
         let (Some(on), Some(off)) = (over_s0("S4-10000", bench), over_s0("S8", bench)) else {
