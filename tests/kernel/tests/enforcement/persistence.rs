@@ -21,6 +21,18 @@ use super::{
     wait_until, write_policy,
 };
 
+/// A restarted agent adopted the programs pinned under `bpffs`: one link per program, none
+/// attached twice.
+fn assert_programs_adopted(bpffs: &str) {
+    let links = Path::new(bpffs).join(object_version()).join("links");
+    let pinned = std::fs::read_dir(&links).unwrap().count();
+    assert_eq!(
+        pinned,
+        palisade_agent::bpf::PROGRAM_COUNT,
+        "the programs adopted, not loaded again"
+    );
+}
+
 fn assert_never_allowed(report: &ProbeReport) {
     assert!(
         report.ok == 0 && report.eperm > 0,
@@ -52,10 +64,7 @@ fn a_killed_agent_keeps_enforcing_and_a_restarted_one_takes_over() {
     let agent = Agent::start(dir, bpffs, "persist-2");
     agent.wait_for_log("agent ready");
     assert_never_allowed(&prober.finish());
-    // The restarted agent adopted the programs: one link per program, none attached twice.
-    let links = Path::new(bpffs).join(object_version()).join("links");
-    let pinned = std::fs::read_dir(&links).unwrap().count();
-    assert_eq!(pinned, palisade_agent::bpf::PROGRAM_COUNT);
+    assert_programs_adopted(bpffs);
     // And it is in charge: a change to the policy takes effect.
     write_policy(&policy_file, "app", cgroup, second);
     eventually(&target, second, &EPERM);
@@ -105,12 +114,7 @@ fn an_agent_without_the_open_cache_decides_every_open_and_a_restart_turns_it_on_
     // the agent started a new epoch meanwhile: then again).
     let agent = Agent::start(dir, bpffs, "uncached-2");
     wait_until_ready(&agent);
-    let links = Path::new(bpffs).join(object_version()).join("links");
-    assert_eq!(
-        std::fs::read_dir(&links).unwrap().count(),
-        palisade_agent::bpf::PROGRAM_COUNT,
-        "the programs adopted, not loaded again"
-    );
+    assert_programs_adopted(bpffs);
     wait_until(
         || {
             let before = cached();
