@@ -624,37 +624,55 @@ static const struct palisade_verdict self_protection = {
 	.rule_id = PALISADE_RULE_SELF_PROTECTION,
 };
 
-/* What the agent protects `inode` against (PALISADE_PROTECT_*), 0 if it is not its. */
-static __always_inline __u32 protection_of(struct inode *inode)
+/* The `protected_inodes` key of `inode`. */
+static __always_inline struct palisade_inode_key inode_key(struct inode *inode)
 {
-	if (!inode)
+	return (struct palisade_inode_key){ .ino = inode->i_ino, .dev = inode->i_sb->s_dev };
+}
+
+/*
+ * The `protected_inodes` key of the inode of `dentry`, all zero for a negative dentry (the name
+ * a hook creating a file is given). Whether it has an inode is read as a number: 6.12's verifier
+ * takes `d_inode` of a dentry a hook was given for never NULL, and may drop a test of it.
+ */
+static __always_inline struct palisade_inode_key dentry_key(struct dentry *dentry)
+{
+	__u64 inode = 0;
+	bpf_core_read(&inode, sizeof(inode), &dentry->d_inode);
+	return inode ? inode_key(dentry->d_inode) : (struct palisade_inode_key){};
+}
+
+/* The `protected_inodes` key of the directory holding `dentry`. Its parent is reached by a walk,
+ * whose loads the verifier guards: a dentry's parent is never negative. */
+static __always_inline struct palisade_inode_key parent_key(struct dentry *dentry)
+{
+	return inode_key(dentry->d_parent->d_inode);
+}
+
+/* What the agent protects the inode of `key` against (PALISADE_PROTECT_*), 0 if it is not its. */
+static __always_inline __u32 protection_of(struct palisade_inode_key key)
+{
+	if (!key.ino)
 		return 0;
-	struct palisade_inode_key key = {
-		.ino = inode->i_ino,
-		.dev = inode->i_sb->s_dev,
-	};
 	__u32 *protection = bpf_map_lookup_elem(&protected_inodes, &key);
 	return protection ? *protection : 0;
 }
 
-/* Whether changing `dentry` would change bpffs or a file of the agent's (or an entry of one of
- * its directories). */
-static __always_inline int is_protected_dentry(struct dentry *dentry)
-{
-	return dentry->d_sb->s_magic == BPF_FS_MAGIC ||
-	       (protection_of(dentry->d_inode) & PALISADE_PROTECT_CHANGE) ||
-	       (protection_of(dentry->d_parent->d_inode) & PALISADE_PROTECT_CHANGE);
-}
-
-/* Self-protection overrides every rule when `perms` would change a protected file, or read one
- * the agent keeps from targets (its audit trail). */
+/*
+ * Self-protection overrides every rule when `perms` would change a protected file (of `dentry`,
+ * its inode's key `file`), bpffs or an entry of a protected directory, or read a file the agent
+ * keeps from targets (its audit trail). The key is the caller's: the open verdict cache read it
+ * already.
+ */
 static __always_inline void protect_files(struct palisade_verdict *d, struct dentry *dentry,
-					  __u32 perms)
+					  struct palisade_inode_key file, __u32 perms)
 {
-	if ((perms & (PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) && is_protected_dentry(dentry))
+	__u32 protection = protection_of(file);
+	if ((perms & (PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) &&
+	    ((protection & PALISADE_PROTECT_CHANGE) || dentry->d_sb->s_magic == BPF_FS_MAGIC ||
+	     (protection_of(parent_key(dentry)) & PALISADE_PROTECT_CHANGE)))
 		*d = self_protection;
-	else if ((perms & PALISADE_PERM_READ) &&
-		 (protection_of(dentry->d_inode) & PALISADE_PROTECT_READ))
+	else if ((perms & PALISADE_PERM_READ) && (protection & PALISADE_PROTECT_READ))
 		*d = self_protection;
 }
 

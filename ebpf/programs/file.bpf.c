@@ -56,7 +56,7 @@ int TARGET_HOOK(file_open, struct file *file, int ret)
 	if (!perms)
 		return 0;
 	/* The cache first: a hit needs neither the target nor the path. */
-	struct open_key open;
+	struct open_probe open;
 	if (open_needs_nothing(&open, file, dentry, inode, perms))
 		return 0;
 	return check_file(file, PALISADE_HOOK_FILE_OPEN, perms, &open);
@@ -227,7 +227,7 @@ int TARGET_HOOK(path_chmod, const struct path *path, unsigned short mode, int re
 	if (modeling(&subject))
 		record_file(&subject, s, len, PALISADE_PERM_WRITE);
 	match_resolved(&subject, s, len, PALISADE_PERM_WRITE, &d);
-	protect_files(&d, path->dentry, PALISADE_PERM_WRITE);
+	protect_files(&d, path->dentry, dentry_key(path->dentry), PALISADE_PERM_WRITE);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
 	return decide_path(&d, &subject, s, NULL, PALISADE_PERM_WRITE, mode);

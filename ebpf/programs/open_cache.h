@@ -31,15 +31,17 @@
  *   a freed one was is never taken for it.
  * A slot older than OPEN_SLOT_LIFETIME jiffies is not used either: it bounds how long a change
  * the agent failed to mark with a new epoch goes unseen.
- * A decision is remembered only for an open that finds its inode's slot tagged with its inode,
- * cgroup and epoch (`tag`): a target's first open of a file in an epoch only leaves the tag.
- * Most files a program opens it opens once; those pay neither the key's path nor the slot's
- * write, and evict no other file's verdict.
+ * A decision is remembered only for an open that finds its inode's slot tagged with its inode
+ * and epoch (`tag`): the first open of a file by a target in an epoch only leaves the tag. Most
+ * files a program opens it opens once; those pay neither the key's path nor the slot's write,
+ * and evict no other file's verdict. The tag leaves the opener out: a miss reads nothing of the
+ * task, and a non-target's open of a file a target opened in the epoch pays what a remembered
+ * decision does before its target lookup (the cgroup's id and a fence).
  * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its number and device: its
  * memory is fixed at load, whatever the targets open. A slot is written under its own sequence
  * (odd while written; a writer that finds it odd or loses the race to make it odd leaves the
  * slot alone), and read twice around the comparison, so that a slot read while written is a
- * miss. A task that is no target stops at the slot's tag, which only targets write.
+ * miss.
  */
 #ifndef PALISADE_OPEN_CACHE_H
 #define PALISADE_OPEN_CACHE_H
@@ -92,9 +94,6 @@ struct open_key {
 	__u64 generation;
 	struct open_path path;
 	__u32 dev;
-	/* Not compared, and meaningless in a slot: whether the slot held the open's tag (tag_of),
-	 * so that its decision is to be remembered. */
-	__u32 seen;
 };
 
 struct open_slot {
@@ -110,6 +109,16 @@ struct open_slot {
 	__u32 tag;
 	__u32 perms; /* PALISADE_PERM_* that need nothing */
 	struct open_key key;
+};
+
+/* An open's look into the cache, which the decision that follows a miss goes on with. */
+struct open_probe {
+	/* As far as the look read it: the generation, the inode's fields and, where the slot
+	 * held the inode or the open's tag, the cgroup. */
+	struct open_key key;
+	struct open_slot *slot; /* the inode's; NULL: nothing to remember (a move, the cache off) */
+	__u32 tag; /* tag_of(key) */
+	__u32 seen; /* the slot held the tag: the decision is to be remembered */
 };
 
 _Static_assert(__builtin_offsetof(struct open_slot, hits) == PALISADE_OPEN_SLOT_HITS,
@@ -173,7 +182,7 @@ static __always_inline int fill_open_path(struct open_path *path, struct task_st
 /* The inode's number, not its address: the verifier allows no arithmetic on a pointer. */
 static __always_inline __u32 tag_of(const struct open_key *key)
 {
-	return key->ino ^ key->cgroup ^ (key->generation >> OPEN_EPOCH_SHIFT);
+	return key->ino ^ (key->generation >> OPEN_EPOCH_SHIFT);
 }
 
 static __always_inline int same_path(const struct open_path *a, const struct open_path *b)
@@ -204,67 +213,64 @@ static __always_inline __u64 ordered_read(__u64 *value)
 	return __sync_fetch_and_add(value, zero);
 }
 
+/* The current task's cgroup, as bpf_get_current_cgroup_id reads it: loads through the task's BTF
+ * pointers, cheaper than the helper. */
+static __always_inline __u64 cgroup_of(struct task_struct *task)
+{
+	return task->cgroups->dfl_cgrp->kn->id;
+}
+
 /*
  * Whether the cache says the current task's open of `file` (through `dentry`, of `inode`) needs
- * nothing for `perms`. Starts `key` on the way (generation, cgroup, inode, seen), for the
- * decision that follows a miss, which reads the path part afresh; no key (while a dentry moves,
- * or with the cache off) is no decision to remember. Where that decision is to be remembered
- * (seen), orders the generation's load before the decision's: what it reads is what the agent
- * published at that epoch or later.
+ * nothing for `perms`. Fills `probe` on the way, for the decision that follows a miss, which
+ * reads the key's path afresh. Where that decision is to be remembered (seen), reads the cgroup
+ * and orders both loads, and the generation's, before the decision's: what it reads is what the
+ * agent published at that epoch or later, about that cgroup.
  */
-static __always_inline int open_needs_nothing(struct open_key *key, struct file *file,
+static __always_inline int open_needs_nothing(struct open_probe *probe, struct file *file,
 					      struct dentry *dentry, struct inode *inode,
 					      __u32 perms)
 {
+	struct open_key *key = &probe->key;
+	probe->slot = NULL;
 	__u32 zero = 0;
 	__u64 *generation = bpf_map_lookup_elem(&open_generation, &zero);
 	/* No generation is as good as a move under way. */
 	key->generation = generation ? *(volatile __u64 *)generation : 1;
-	if (key->generation & (1ull << PALISADE_OPEN_CACHE_OFF_BIT | 1)) {
-		key->inode = 0;
+	if (key->generation & (1ull << PALISADE_OPEN_CACHE_OFF_BIT | 1))
 		return 0;
-	}
-	/* Loads through the task's BTF pointers, cheaper than a helper or a probe read per field.
-	 * The cgroup's as bpf_get_current_cgroup_id reads it. */
-	struct task_struct *task = bpf_get_current_task_btf();
-	key->cgroup = task->cgroups->dfl_cgrp->kn->id;
 	key->inode = (__u64)inode;
 	key->ino = inode->i_ino;
 	key->dev = inode->i_sb->s_dev;
 	struct open_slot *slot = slot_of(key->ino, key->dev);
-	if (!slot) {
-		key->inode = 0;
+	if (!slot)
 		return 0;
-	}
-	if (slot->key.inode == key->inode && slot->key.cgroup == key->cgroup) {
-		__u64 sequence = ordered_read(&slot->sequence);
+	if (slot->key.inode == key->inode) {
+		struct task_struct *task = bpf_get_current_task_btf();
+		key->cgroup = cgroup_of(task);
 		/* A local copy, never stored: its fields are compared as they are read. */
 		struct open_path path;
-		if (!(sequence & 1) && (slot->perms & perms) == perms &&
-		    fill_open_path(&path, task, file, dentry) && same_file(&slot->key, key) &&
-		    same_path(&slot->key.path, &path) &&
+		__u64 sequence;
+		if (slot->key.cgroup == key->cgroup &&
+		    !((sequence = ordered_read(&slot->sequence)) & 1) &&
+		    (slot->perms & perms) == perms && fill_open_path(&path, task, file, dentry) &&
+		    same_file(&slot->key, key) && same_path(&slot->key.path, &path) &&
 		    bpf_jiffies64() - slot->written < OPEN_SLOT_LIFETIME &&
 		    ordered_read(&slot->sequence) == sequence) {
 			__sync_fetch_and_add(&slot->hits, 1);
 			return 1;
 		}
 	}
-	/* A task that is no target stops here: only targets tag slots. */
-	key->seen = slot->tag == tag_of(key);
-	if (key->seen) {
+	probe->slot = slot;
+	probe->tag = tag_of(key);
+	probe->seen = slot->tag == probe->tag;
+	if (probe->seen) {
+		key->cgroup = cgroup_of(bpf_get_current_task_btf());
 		struct scratch *s = scratch_memory();
 		if (s)
 			full_barrier(s);
 	}
 	return 0;
-}
-
-/* Tags the slot of the open `key`, a target's, with its tag. */
-static __always_inline void mark_seen(const struct open_key *key)
-{
-	struct open_slot *slot = slot_of(key->ino, key->dev);
-	if (slot)
-		slot->tag = tag_of(key);
 }
 
 static __always_inline __u64 real_mount(__u64 vfsmnt)
@@ -281,8 +287,9 @@ static __always_inline __u64 real_mount(__u64 vfsmnt)
  * (reached through /proc/PID/root, say) or of none (detached): its namespace's mount tree
  * changes are not the opener's.
  */
-static __always_inline void remember_open(const struct open_key *key, __u32 perms)
+static __always_inline void remember_open(const struct open_probe *probe, __u32 perms)
 {
+	const struct open_key *key = &probe->key;
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct fs_struct *fs = task->fs;
 	struct path root = fs->root;
@@ -299,7 +306,7 @@ static __always_inline void remember_open(const struct open_key *key, __u32 perm
 	if ((__u64)ns != key->path.mount_ns ||
 	    (__u64)BPF_CORE_READ(mount, mnt_ns) != key->path.mount_ns)
 		return;
-	struct open_slot *slot = slot_of(key->ino, key->dev);
+	struct open_slot *slot = probe->slot;
 	if (!slot)
 		return;
 	__u64 sequence = slot->sequence;

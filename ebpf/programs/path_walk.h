@@ -224,13 +224,13 @@ static __always_inline long walk_path(struct scratch *s, struct dentry *dentry,
 /*
  * Decides `perms` by the path rules on what a path resolver answered (see match_resolved) and by
  * `by_file`, what was decided without the path; reports the decision. An open the cache may
- * answer (`open`: its key; NULL for anything else) that needs nothing, under a path that was
- * resolved, is remembered.
+ * answer (`open`: its look into the cache; NULL for anything else) that needs nothing, under a
+ * path that was resolved, is remembered.
  */
 static __always_inline int decide_resolved(const struct subject *subject, struct scratch *s,
 					   long len, __u32 perms,
 					   const struct palisade_verdict *by_file, struct inode *inode,
-					   const struct open_key *open)
+					   const struct open_probe *open)
 {
 	struct palisade_verdict d = {};
 	int lasting = match_resolved(subject, s, len, perms, &d);
@@ -253,7 +253,7 @@ static __always_inline int check_dentry(struct dentry *dentry, struct vfsmount *
 		return 0;
 	/* As in check_file: the path is walked for path rules, to report a decision, or to model. */
 	struct palisade_verdict by_file = {};
-	protect_files(&by_file, dentry, perms);
+	protect_files(&by_file, dentry, dentry_key(dentry), perms);
 	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE && !modeling(&subject))
 		return 0;
 	long len = walk_path(s, dentry, vfsmnt);
@@ -287,11 +287,11 @@ static __always_inline long without_deleted_suffix(struct scratch *s, struct den
 
 /*
  * The body of the hooks on a file already open (open, receive, exec, mmap): match, decide. An
- * open the cache did not answer passes its key as open_needs_nothing left it (`open`), to be
- * remembered; other hooks pass NULL.
+ * open the cache did not answer passes its look into it as open_needs_nothing left it (`open`),
+ * to be remembered; other hooks pass NULL.
  */
 static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms,
-				      struct open_key *open)
+				      struct open_probe *open)
 {
 	if (!perms)
 		return 0;
@@ -299,24 +299,31 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
+	/* Read once: a field of a kernel pointer read again after a helper call is read again. */
+	struct dentry *dentry = file->f_path.dentry;
+	struct inode *inode = file->f_inode;
+	/* The inode's key, as the cache read it if it did. */
+	struct palisade_inode_key file_key =
+		open && open->slot ? (struct palisade_inode_key){ .ino = open->key.ino,
+								  .dev = open->key.dev }
+				   : inode_key(inode);
 	/* A target's first open of the file in the epoch only tags the cache's slot. */
-	if (open && open->inode && !open->seen) {
-		mark_seen(open);
+	if (open && open->slot && !open->seen) {
+		open->slot->tag = open->tag;
 		open = NULL;
 	}
 	/* The path part of the cache's key before anything is decided on the file (a rename that
 	 * moves it afterwards, into a protected directory say, the generation read before tells).
 	 * A full barrier after it: the file's parent is read later on arm64 too. */
-	int cacheable = open && open->inode &&
-			fill_open_path(&open->path, bpf_get_current_task_btf(), file, file->f_path.dentry);
+	int cacheable = open && open->slot &&
+			fill_open_path(&open->key.path, bpf_get_current_task_btf(), file, dentry);
 	if (cacheable)
 		full_barrier(s);
 	/* What needs no path first: then the path is resolved for path rules, to report, or to
 	 * model. */
 	struct palisade_verdict by_file = {};
-	protect_files(&by_file, file->f_path.dentry, perms);
+	protect_files(&by_file, dentry, file_key, perms);
 	/* A block device is one whatever its path: matched by the inode's type. */
-	struct inode *inode = file->f_inode;
 	if ((perms & (PALISADE_PERM_READ | PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) &&
 	    (inode->i_mode & S_IFMT) == S_IFBLK)
 		consider(&by_file, subject.policy->block_device_open.action,
@@ -331,13 +338,13 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 		return 0;
 	}
 	long len = bpf_d_path(&file->f_path, s->path, PATH_BUF_LEN);
-	len = without_deleted_suffix(s, file->f_path.dentry, len);
+	len = without_deleted_suffix(s, dentry, len);
 	/* d_path also answers "/" for a file cut off from its mount, discarding the names it built
 	 * (prepend_path returns 3, which d_path ignores): the walk tells that from a real root. The
 	 * mount it places the file under is one of several of its file system (mount_holding),
 	 * which the cache's key does not follow: not cached. */
 	if (len == 2) {
-		len = walk_path(s, file->f_path.dentry, file->f_path.mnt);
+		len = walk_path(s, dentry, file->f_path.mnt);
 		cacheable = 0;
 	}
 	if (modeling(&subject))
