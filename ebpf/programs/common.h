@@ -632,14 +632,16 @@ static __always_inline struct palisade_inode_key inode_key(struct inode *inode)
 
 /*
  * The `protected_inodes` key of the inode of `dentry`, all zero for a negative dentry (the name
- * a hook creating a file is given). Whether it has an inode is read as a number: 6.12's verifier
- * takes `d_inode` of a dentry a hook was given for never NULL, and may drop a test of it.
+ * a hook creating a file is given). Whether it has an inode is read as a number, and the pointer
+ * used only where it equals that number: 6.12's verifier takes `d_inode` of a dentry a hook was
+ * given for never NULL, and may drop a test of the pointer.
  */
 static __always_inline struct palisade_inode_key dentry_key(struct dentry *dentry)
 {
-	__u64 inode = 0;
-	bpf_core_read(&inode, sizeof(inode), &dentry->d_inode);
-	return inode ? inode_key(dentry->d_inode) : (struct palisade_inode_key){};
+	__u64 address = 0;
+	bpf_core_read(&address, sizeof(address), &dentry->d_inode);
+	struct inode *inode = dentry->d_inode;
+	return address && (__u64)inode == address ? inode_key(inode) : (struct palisade_inode_key){};
 }
 
 /* The `protected_inodes` key of the directory holding `dentry`. Its parent is reached by a walk,

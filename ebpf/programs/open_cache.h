@@ -34,9 +34,11 @@
  * A decision is remembered only for an open that finds its inode's slot tagged with its inode
  * and epoch (`tag`): the first open of a file by a target in an epoch only leaves the tag. Most
  * files a program opens it opens once; those pay neither the key's path nor the slot's write,
- * and evict no other file's verdict. The tag leaves the opener out: a miss reads nothing of the
- * task, and a non-target's open of a file a target opened in the epoch pays what a remembered
- * decision does before its target lookup (the cgroup's id and a fence).
+ * and evict no other file's verdict. The tag leaves the opener out: a miss on a slot of another
+ * inode reads nothing of the task, and a non-target's open of a file a target opened in the
+ * epoch pays what a remembered decision does before its target lookup (the cgroup's id and a
+ * fence). A verdict of the epoch for another cgroup is not replaced: two cgroups opening one
+ * file in turns would otherwise each evict the other's.
  * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its number and device: its
  * memory is fixed at load, whatever the targets open. A slot is written under its own sequence
  * (odd while written; a writer that finds it odd or loses the race to make it odd leaves the
@@ -88,7 +90,7 @@ struct open_path {
 
 /* What an open's decision rests on. */
 struct open_key {
-	__u64 inode; /* 0: no key */
+	__u64 inode; /* in a slot, 0: forgotten (forget_opens) */
 	__u64 cgroup;
 	__u64 ino;
 	__u64 generation;
@@ -103,9 +105,9 @@ struct open_slot {
 	 * hit writes already, unlike a counter of its own. */
 	__u64 hits;
 	__u64 written; /* jiffies */
-	/* The tag (tag_of) of the last open of the inode by a target that found no tag of its own:
-	 * a hint, written with a plain store, next to what every open reads first. Another open's
-	 * tag that is equal costs only a decision. */
+	/* The tag (tag_of) of the inode in the epoch of the last target's open that did not find
+	 * it: a hint, written with a plain store, next to what every open reads first. Another
+	 * inode's tag that is equal costs only a decision remembered. */
 	__u32 tag;
 	__u32 perms; /* PALISADE_PERM_* that need nothing */
 	struct open_key key;
@@ -213,8 +215,7 @@ static __always_inline __u64 ordered_read(__u64 *value)
 	return __sync_fetch_and_add(value, zero);
 }
 
-/* The current task's cgroup, as bpf_get_current_cgroup_id reads it: loads through the task's BTF
- * pointers, cheaper than the helper. */
+/* The id of `task`'s cgroup, as bpf_get_current_cgroup_id reads it. */
 static __always_inline __u64 cgroup_of(struct task_struct *task)
 {
 	return task->cgroups->dfl_cgrp->kn->id;
@@ -223,9 +224,9 @@ static __always_inline __u64 cgroup_of(struct task_struct *task)
 /*
  * Whether the cache says the current task's open of `file` (through `dentry`, of `inode`) needs
  * nothing for `perms`. Fills `probe` on the way, for the decision that follows a miss, which
- * reads the key's path afresh. Where that decision is to be remembered (seen), reads the cgroup
- * and orders both loads, and the generation's, before the decision's: what it reads is what the
- * agent published at that epoch or later, about that cgroup.
+ * reads the key's path afresh. Where that decision is to be remembered (seen), orders the loads
+ * of the generation and the cgroup before the decision's: what it reads is what the agent
+ * published at that epoch or later, about that cgroup.
  */
 static __always_inline int open_needs_nothing(struct open_probe *probe, struct file *file,
 					      struct dentry *dentry, struct inode *inode,
@@ -245,27 +246,32 @@ static __always_inline int open_needs_nothing(struct open_probe *probe, struct f
 	struct open_slot *slot = slot_of(key->ino, key->dev);
 	if (!slot)
 		return 0;
-	if (slot->key.inode == key->inode) {
-		struct task_struct *task = bpf_get_current_task_btf();
-		key->cgroup = cgroup_of(task);
+	probe->slot = slot;
+	probe->tag = tag_of(key);
+	probe->seen = slot->tag == probe->tag;
+	int held = slot->key.inode == key->inode;
+	/* The plain miss: a slot of another inode, without the tag. */
+	if (!held && !probe->seen)
+		return 0;
+	/* Loads through the task's BTF pointers, cheaper than a helper or a probe read per field. */
+	struct task_struct *task = bpf_get_current_task_btf();
+	key->cgroup = cgroup_of(task);
+	if (held && slot->key.cgroup == key->cgroup) {
 		/* A local copy, never stored: its fields are compared as they are read. */
 		struct open_path path;
-		__u64 sequence;
-		if (slot->key.cgroup == key->cgroup &&
-		    !((sequence = ordered_read(&slot->sequence)) & 1) &&
-		    (slot->perms & perms) == perms && fill_open_path(&path, task, file, dentry) &&
-		    same_file(&slot->key, key) && same_path(&slot->key.path, &path) &&
+		__u64 sequence = ordered_read(&slot->sequence);
+		if (!(sequence & 1) && (slot->perms & perms) == perms &&
+		    fill_open_path(&path, task, file, dentry) && same_file(&slot->key, key) &&
+		    same_path(&slot->key.path, &path) &&
 		    bpf_jiffies64() - slot->written < OPEN_SLOT_LIFETIME &&
 		    ordered_read(&slot->sequence) == sequence) {
 			__sync_fetch_and_add(&slot->hits, 1);
 			return 1;
 		}
+	} else if (held && slot->key.generation == key->generation) {
+		probe->seen = 0; /* another cgroup's verdict of the epoch: kept */
 	}
-	probe->slot = slot;
-	probe->tag = tag_of(key);
-	probe->seen = slot->tag == probe->tag;
 	if (probe->seen) {
-		key->cgroup = cgroup_of(bpf_get_current_task_btf());
 		struct scratch *s = scratch_memory();
 		if (s)
 			full_barrier(s);
@@ -279,7 +285,8 @@ static __always_inline __u64 real_mount(__u64 vfsmnt)
 }
 
 /*
- * Records that the open `key` needs nothing for `perms`; a slot of another open is replaced.
+ * Records that the open `probe` looked up needs nothing for `perms`; a slot of another open is
+ * replaced.
  * Not when the opener's root changed since the key was read (a thread sharing it may have
  * changed it, or changed it and back, while the path was resolved), nor its cgroup (the
  * decision may be of the target it was moved to; moved there and back, it was moved by one
@@ -307,8 +314,6 @@ static __always_inline void remember_open(const struct open_probe *probe, __u32 
 	    (__u64)BPF_CORE_READ(mount, mnt_ns) != key->path.mount_ns)
 		return;
 	struct open_slot *slot = probe->slot;
-	if (!slot)
-		return;
 	__u64 sequence = slot->sequence;
 	if ((sequence & 1) ||
 	    __sync_val_compare_and_swap(&slot->sequence, sequence, sequence + 1) != sequence)

@@ -299,24 +299,25 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	struct scratch *s = find_path_subject(&subject);
 	if (!s)
 		return 0;
-	/* Read once: a field of a kernel pointer read again after a helper call is read again. */
+	/* Read once here: a field of a kernel pointer is loaded again after every helper call. */
 	struct dentry *dentry = file->f_path.dentry;
 	struct inode *inode = file->f_inode;
+	if (open && !open->slot)
+		open = NULL; /* the cache off, or a move under way */
 	/* The inode's key, as the cache read it if it did. */
 	struct palisade_inode_key file_key =
-		open && open->slot ? (struct palisade_inode_key){ .ino = open->key.ino,
-								  .dev = open->key.dev }
-				   : inode_key(inode);
-	/* A target's first open of the file in the epoch only tags the cache's slot. */
-	if (open && open->slot && !open->seen) {
+		open ? (struct palisade_inode_key){ .ino = open->key.ino, .dev = open->key.dev }
+		     : inode_key(inode);
+	/* The first open of the file by a target in the epoch only tags the cache's slot. */
+	if (open && !open->seen) {
 		open->slot->tag = open->tag;
 		open = NULL;
 	}
 	/* The path part of the cache's key before anything is decided on the file (a rename that
 	 * moves it afterwards, into a protected directory say, the generation read before tells).
 	 * A full barrier after it: the file's parent is read later on arm64 too. */
-	int cacheable = open && open->slot &&
-			fill_open_path(&open->key.path, bpf_get_current_task_btf(), file, dentry);
+	int cacheable =
+		open && fill_open_path(&open->key.path, bpf_get_current_task_btf(), file, dentry);
 	if (cacheable)
 		full_barrier(s);
 	/* What needs no path first: then the path is resolved for path rules, to report, or to
