@@ -38,6 +38,10 @@ pub const STATES: &[(&str, &str)] = &[
         "DefenseInDepth: S4-8's rules on top of an allowlist of 8 directories and the rest",
     ),
     (
+        "S9",
+        "S4-8 on the target, the benchmarks in a cgroup outside it: a process that is not a target",
+    ),
+    (
         "S8",
         "S4-10000 with the open verdict cache off (agent --no-open-cache)",
     ),

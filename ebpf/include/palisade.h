@@ -25,6 +25,9 @@ typedef uint64_t __u64;
 /* Deepest cgroup level a target may sit at (bits of palisade_config.target_levels; the root
  * cgroup is level 0). */
 #define PALISADE_MAX_LEVEL 63
+/* Words of 64 bits of the target filter (`target_filter`, common.h): one bit per cgroup id
+ * modulo 262,144. */
+#define PALISADE_TARGET_FILTER_WORDS 4096
 
 /* Permissions, one bit each: bit i is index i of the per-permission arrays below. */
 #define PALISADE_PERM_READ (1u << 0)

@@ -91,6 +91,7 @@ int GATED_HOOK(nothing_targeted, kernfs_init_security, struct kernfs_node *kn_di
 	struct palisade_target *staged = bpf_map_lookup_elem(&pending, &key);
 	if (staged) {
 		struct palisade_target armed = *staged;
+		mark_target(id);
 		bpf_map_update_elem(&targets, &id, &armed, BPF_ANY);
 		if (!made_inside)
 			mark_runtime_setup(id, &armed);

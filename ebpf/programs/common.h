@@ -28,6 +28,23 @@ struct {
 	__type(value, struct palisade_target);
 } targets SEC(".maps");
 
+/*
+ * Cgroups that may be targets: the bit of every cgroup in `targets` (its id modulo the filter's
+ * bits: ids are mostly consecutive, and spread evenly) is set before its entry is added, by the
+ * agent or by kernfs_init_security arming a staged cgroup. A clear bit answers "not a target"
+ * with one load, where `targets` would hash the id. The bit of a cgroup no longer a target stays
+ * set, costing a lookup, until the agent rebuilds the filter while nothing is staged (no program
+ * sets a bit then). The agent writes it through a mapping, with atomic operations as the
+ * programs do.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, PALISADE_TARGET_FILTER_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} target_filter SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1024);
@@ -193,7 +210,6 @@ struct scratch {
 	__u64 ancestors[PLACE_MAX_DEPTH];
 	struct palisade_trie_key key;
 	struct palisade_model_key model; /* model.h */
-	__u64 fence; /* full_barrier */
 };
 
 struct {
@@ -211,11 +227,13 @@ static __always_inline struct scratch *scratch_memory(void)
 }
 
 /* A full barrier: no load or store after it is done before one before it. An exchange (an add
- * whose result is unused is not a barrier on arm64), on this CPU's scratch memory so that no
- * cache line bounces between CPUs. */
-static __always_inline void full_barrier(struct scratch *s)
+ * whose result is unused is not a barrier on arm64), on the stack so that no cache line bounces
+ * between CPUs; its address escapes, so that the compiler keeps it. */
+static __always_inline void full_barrier(void)
 {
-	__sync_val_compare_and_swap(&s->fence, 0, 0);
+	__u64 fence = 0;
+	asm volatile("" ::"r"(&fence) : "memory");
+	__sync_val_compare_and_swap(&fence, 0, 0);
 }
 
 static __always_inline void stat_inc(__u32 index)
@@ -272,34 +290,131 @@ static __always_inline int nothing_enforced(void)
 /* A program whose every decision is about a target whose policy is not AlwaysAllow. */
 #define TARGET_HOOK(name, args...) GATED_HOOK(nothing_enforced, name, ##args)
 
+/* The word of the target filter holding cgroup `id`'s bit (NULL never in practice). */
+static __always_inline __u64 *filter_word(__u64 id)
+{
+	__u32 word = (id / 64) % PALISADE_TARGET_FILTER_WORDS;
+	return bpf_map_lookup_elem(&target_filter, &word);
+}
+
+/* Whether cgroup `id` may be a target: false only for one that is not. */
+static __always_inline int may_be_target(__u64 id)
+{
+	__u64 *word = filter_word(id);
+	return !word || (*word >> (id % 64)) & 1;
+}
+
+/* Lets cgroup `id` be a target, before its entry is added. An atomic `or` is not ordered on
+ * arm64, and need not be: the entry's insertion that follows publishes with a release. */
+static __always_inline void mark_target(__u64 id)
+{
+	__u64 *word = filter_word(id);
+	if (word)
+		__sync_fetch_and_or(word, 1ull << (id % 64));
+}
+
 /*
- * The target covering the current task: its cgroup or the nearest ancestor with a policy.
- * Only levels where some target sits are probed, and none deeper than the task itself: one
- * helper call plus one hash lookup per occupied level above the task. The number of rules never
- * matters. The loop is written so that the verifier's states converge at every iteration.
+ * The current task's deepest candidate: of its cgroup and those above it, at the levels where
+ * some target sits, the deepest the filter has a bit for. It fixes which targets the task is
+ * under: tasks with the same deepest candidate share every cgroup from there up, and are under
+ * no target below it.
  */
-static __always_inline struct palisade_target *current_target(const struct palisade_config *cfg,
+struct candidate {
+	struct palisade_config *config;
+	__u64 id; /* 0: none, the task is under no target */
+	__u32 level;
+};
+
+/*
+ * The id of the current task's deepest candidate at the levels `levels`, 0 if none, and its level
+ * into `*level`. One helper call and one load per level where some target sits, none deeper
+ * than the task: a task under no target is told so without a hash lookup. A global function
+ * (as target_above_candidate): the verifier checks its loop once, and the states of its callers
+ * do not multiply by its levels.
+ */
+__noinline __u64 deepest_candidate(__u64 levels, __u32 *level)
+{
+	__u64 found = 0;
+	if (!level)
+		return 0;
+	for (__u32 at = 0; at <= PALISADE_MAX_LEVEL; at++) {
+		if (!(levels >> at))
+			break; /* no target this deep */
+		if (!((levels >> at) & 1))
+			continue;
+		__u64 id = bpf_get_current_ancestor_cgroup_id(at);
+		if (!id)
+			break; /* the task sits above this level */
+		if (may_be_target(id)) {
+			found = id;
+			*level = at;
+		}
+	}
+	return found;
+}
+
+/*
+ * The id of the deepest target above the current task's deepest candidate `candidate` (at the
+ * levels `levels`), 0 if none, and its level into `*level`: where the candidate's bit is another
+ * cgroup's or a former target's.
+ */
+__noinline __u64 target_above_candidate(__u64 levels, __u64 candidate, __u32 *level)
+{
+	__u64 found = 0;
+	if (!level)
+		return 0;
+	for (__u32 at = 0; at <= PALISADE_MAX_LEVEL; at++) {
+		if (!(levels >> at))
+			break;
+		if (!((levels >> at) & 1))
+			continue;
+		__u64 id = bpf_get_current_ancestor_cgroup_id(at);
+		if (!id || id == candidate)
+			break;
+		/* Keep going: a deeper target's own policy wins. */
+		if (may_be_target(id) && bpf_map_lookup_elem(&targets, &id)) {
+			found = id;
+			*level = at;
+		}
+	}
+	return found;
+}
+
+/* Finds the current task's deepest candidate; false when it is under no target. */
+static __always_inline int find_candidate(struct candidate *who)
+{
+	__u32 zero = 0;
+	who->id = 0;
+	who->level = 0; /* written by a global function: the verifier wants it initialised */
+	who->config = bpf_map_lookup_elem(&config, &zero);
+	if (!who->config)
+		return 0;
+	who->id = deepest_candidate(who->config->target_levels, &who->level);
+	return who->id != 0;
+}
+
+/*
+ * The target covering the current task, of deepest candidate `who`: the deepest target wins.
+ * Mostly the deepest candidate is the target, found by one hash lookup; the levels above are
+ * probed only where it is not.
+ */
+static __always_inline struct palisade_target *current_target(const struct candidate *who,
 							      __u64 *target_cgroup_id,
 							      __u32 *target_level)
 {
-	__u64 levels = cfg->target_levels;
-	struct palisade_target *found = NULL;
-	for (__u32 level = 0; level <= PALISADE_MAX_LEVEL; level++) {
-		if (!(levels >> level))
-			break; /* no target this deep */
-		if (!((levels >> level) & 1))
-			continue;
-		__u64 id = bpf_get_current_ancestor_cgroup_id(level);
+	__u64 id = who->id;
+	__u32 level = who->level;
+	struct palisade_target *found = bpf_map_lookup_elem(&targets, &id);
+	if (!found) {
+		id = target_above_candidate(who->config->target_levels, who->id, &level);
 		if (!id)
-			break; /* the task sits above this level */
-		struct palisade_target *target = bpf_map_lookup_elem(&targets, &id);
-		if (target) {
-			/* Keep going: a deeper target's own policy wins. */
-			found = target;
-			*target_cgroup_id = id;
-			*target_level = level;
-		}
+			return NULL;
+		found = bpf_map_lookup_elem(&targets, &id);
+		if (!found)
+			return NULL; /* removed meanwhile */
 	}
+	*target_cgroup_id = id;
+	*target_level = level;
 	return found;
 }
 
@@ -335,16 +450,14 @@ static __always_inline void account_cost(struct subject *subject)
 #define SUBJECT(name, hook_id)                                                                   \
 	struct subject name __attribute__((cleanup(account_cost))) = { .hook = (hook_id) }
 
-/* Fills `subject` when the current task is a target whose policy is not AlwaysAllow; false
- * otherwise. */
-static __always_inline int find_subject(struct subject *subject)
+/* Fills `subject` when the current task, of deepest candidate `who`, is a target whose policy is
+ * not AlwaysAllow; false otherwise. */
+static __always_inline int find_subject_from(struct subject *subject,
+					      const struct candidate *who)
 {
-	__u32 zero = 0;
-	subject->config = bpf_map_lookup_elem(&config, &zero);
-	if (!subject->config)
-		return 0;
-	subject->target = current_target(subject->config, &subject->target_cgroup_id,
-					 &subject->target_level);
+	subject->config = who->config;
+	subject->target =
+		current_target(who, &subject->target_cgroup_id, &subject->target_level);
 	if (!subject->target)
 		return 0;
 	subject->policy_id = subject->target->policy_id;
@@ -354,6 +467,13 @@ static __always_inline int find_subject(struct subject *subject)
 	if (subject->config->measure_cost)
 		subject->started_ns = bpf_ktime_get_ns();
 	return 1;
+}
+
+/* find_subject_from the current task's deepest candidate. */
+static __always_inline int find_subject(struct subject *subject)
+{
+	struct candidate who;
+	return find_candidate(&who) && find_subject_from(subject, &who);
 }
 
 /* Adds a rule's action to a decision: the stronger one wins (an allow bit is no action). */

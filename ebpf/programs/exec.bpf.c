@@ -9,11 +9,11 @@
  */
 #include "path_walk.h"
 
-/* Decides an exec by the absolute name the caller used. */
-static __always_inline int check_exec_name(struct linux_binprm *bprm)
+/* Decides an exec, by a task of deepest candidate `who`, by the absolute name the caller used. */
+static __always_inline int check_exec_name(struct linux_binprm *bprm, const struct candidate *who)
 {
 	SUBJECT(subject, PALISADE_HOOK_BPRM_CHECK);
-	struct scratch *s = find_path_subject(&subject);
+	struct scratch *s = find_path_subject_from(&subject, who);
 	if (!s || !has_paths(&subject))
 		return 0;
 	long len = bpf_probe_read_kernel_str(s->path, PATH_BUF_LEN, bprm->filename);
@@ -47,10 +47,14 @@ int TARGET_HOOK(bprm_check_security, struct linux_binprm *bprm, int ret)
 	if (ret)
 		return ret;
 	end_runtime_setup(bprm);
-	int error = check_file(bprm->file, PALISADE_HOOK_BPRM_CHECK, PALISADE_PERM_EXEC, NULL);
+	struct candidate who;
+	if (!find_candidate(&who))
+		return 0;
+	int error =
+		check_file(bprm->file, PALISADE_HOOK_BPRM_CHECK, PALISADE_PERM_EXEC, &who, NULL);
 	if (error)
 		return error;
-	return check_exec_name(bprm);
+	return check_exec_name(bprm, &who);
 }
 
 SEC("lsm/mmap_file")
@@ -62,5 +66,8 @@ int TARGET_HOOK(mmap_file, struct file *file, unsigned long reqprot, unsigned lo
 	/* Anonymous mappings have no file; only executable mappings are an exec. */
 	if (!file || !(prot & PROT_EXEC))
 		return 0;
-	return check_file(file, PALISADE_HOOK_MMAP_FILE, PALISADE_PERM_EXEC, NULL);
+	struct candidate who;
+	if (!find_candidate(&who))
+		return 0;
+	return check_file(file, PALISADE_HOOK_MMAP_FILE, PALISADE_PERM_EXEC, &who, NULL);
 }

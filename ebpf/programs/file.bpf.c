@@ -44,6 +44,13 @@ int TARGET_HOOK(file_open, struct file *file, int ret)
 {
 	if (ret)
 		return ret;
+	/* The cache's generation before the candidate: a verdict of that generation was decided
+	 * on targets no newer than those the candidate is of. */
+	struct open_probe open;
+	start_open_probe(&open);
+	struct candidate who;
+	if (!find_candidate(&who))
+		return 0;
 	__u32 mode = file->f_mode;
 	struct dentry *dentry = file->f_path.dentry;
 	struct inode *inode = file->f_inode;
@@ -56,10 +63,9 @@ int TARGET_HOOK(file_open, struct file *file, int ret)
 	if (!perms)
 		return 0;
 	/* The cache first: a hit needs neither the target nor the path. */
-	struct open_probe open;
-	if (open_needs_nothing(&open, file, dentry, inode, perms))
+	if (open_needs_nothing(&open, &who, file, dentry, inode, perms))
 		return 0;
-	return check_file(file, PALISADE_HOOK_FILE_OPEN, perms, &open);
+	return check_file(file, PALISADE_HOOK_FILE_OPEN, perms, &who, &open);
 }
 
 /*
@@ -122,7 +128,10 @@ int TARGET_HOOK(file_receive, struct file *file, int ret)
 {
 	if (ret)
 		return ret;
-	return check_file(file, PALISADE_HOOK_FILE_RECEIVE, access_perms(file, file->f_mode),
+	struct candidate who;
+	if (!find_candidate(&who))
+		return 0;
+	return check_file(file, PALISADE_HOOK_FILE_RECEIVE, access_perms(file, file->f_mode), &who,
 			  NULL);
 }
 

@@ -4,14 +4,16 @@
  * for (no denial, no report, no modeling policy), so that the next such open is answered before
  * the target is even looked up. A slot holds while nothing the decision rested on can have
  * changed:
- * - the opener's cgroup and the cache's generation (`open_generation`), which the agent advances
- *   by an epoch (2^32) after every change of targets, of the policies they point at and of its
- *   protected files, and at its start: within one epoch a cgroup has one target, one policy and
- *   the same protected files (while nothing is targeted, lsm/d_instantiate does not keep the
- *   slots: targeting resumes with a change, in a new epoch). The programs on __d_move advance
- *   it by one at the start and at the end of each of the kernel's dentry moves (rename,
- *   exchange, a directory alias spliced in): odd while one is under way, when nothing is cached.
- *   Its top bit (PALISADE_OPEN_CACHE_OFF_BIT), which the agent sets, turns the cache off;
+ * - the opener's deepest candidate (common.h: the deepest cgroup above it or its own that may be
+ *   a target, which fixes the targets it is under) and the cache's generation
+ *   (`open_generation`), which the agent advances by an epoch (2^32) after every change of
+ *   targets, of the policies they point at and of its protected files, and at its start: within
+ *   one epoch a candidate has one target, one policy and the same protected files (while
+ *   nothing is targeted, lsm/d_instantiate does not keep the slots: targeting resumes with a
+ *   change, in a new epoch). The programs on __d_move advance it by one at the start and at the
+ *   end of each of the kernel's dentry moves (rename, exchange, a directory alias spliced in):
+ *   odd while one is under way, when nothing is cached. Its top bit
+ *   (PALISADE_OPEN_CACHE_OFF_BIT), which the agent sets, turns the cache off;
  * - the inode (address, number, device), and the mount and dentry it was opened through: another
  *   mount or namespace is another mount, another name another dentry. A new dentry of the inode
  *   (a lookup, a link, a file handle decoded, a new inode's first: lsm/d_instantiate) empties its
@@ -34,11 +36,10 @@
  * A decision is remembered only for an open that finds its inode's slot tagged with its inode
  * and epoch (`tag`): the first open of a file by a target in an epoch only leaves the tag. Most
  * files a program opens it opens once; those pay neither the key's path nor the slot's write,
- * and evict no other file's verdict. The tag leaves the opener out: a miss on a slot of another
- * inode reads nothing of the task, and a non-target's open of a file a target opened in the
- * epoch pays what a remembered decision does before its target lookup (the cgroup's id and a
- * fence). A verdict of the epoch for another cgroup is not replaced: two cgroups opening one
- * file in turns would otherwise each evict the other's.
+ * and evict no other file's verdict. The tag leaves the opener out, whose candidate every look
+ * has: a task under no target is told so before it looks. A verdict of the epoch for another
+ * candidate is not replaced: two cgroups opening one file in turns would otherwise each evict
+ * the other's.
  * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its number and device: its
  * memory is fixed at load, whatever the targets open. A slot is written under its own sequence
  * (odd while written; a writer that finds it odd or loses the race to make it odd leaves the
@@ -91,7 +92,7 @@ struct open_path {
 /* What an open's decision rests on. */
 struct open_key {
 	__u64 inode; /* in a slot, 0: forgotten (forget_opens) */
-	__u64 cgroup;
+	__u64 candidate; /* the opener's deepest candidate's cgroup id */
 	__u64 ino;
 	__u64 generation;
 	struct open_path path;
@@ -115,12 +116,12 @@ struct open_slot {
 
 /* An open's look into the cache, which the decision that follows a miss goes on with. */
 struct open_probe {
-	/* As far as the look read it: the generation, the inode's fields and, where the slot
-	 * held the inode or the open's tag, the cgroup. */
+	/* As far as the look read it: the generation, the candidate and the inode's fields. */
 	struct open_key key;
 	struct open_slot *slot; /* the inode's; NULL: nothing to remember (a move, the cache off) */
 	__u32 tag; /* tag_of(key) */
 	__u32 seen; /* the slot held the tag: the decision is to be remembered */
+	__u32 candidate_level;
 };
 
 _Static_assert(__builtin_offsetof(struct open_slot, hits) == PALISADE_OPEN_SLOT_HITS,
@@ -181,10 +182,12 @@ static __always_inline int fill_open_path(struct open_path *path, struct task_st
 	return root_sequence(fs) == path->root_sequence;
 }
 
-/* The inode's number, not its address: the verifier allows no arithmetic on a pointer. */
+/* The inode's number, not its address: the verifier allows no arithmetic on a pointer. Never 0,
+ * an unwritten slot's tag: the first open of a file whose number is the epoch's would be taken
+ * for its second. */
 static __always_inline __u32 tag_of(const struct open_key *key)
 {
-	return key->ino ^ (key->generation >> OPEN_EPOCH_SHIFT);
+	return (key->ino ^ (key->generation >> OPEN_EPOCH_SHIFT)) | 1u << 31;
 }
 
 static __always_inline int same_path(const struct open_path *a, const struct open_path *b)
@@ -194,10 +197,10 @@ static __always_inline int same_path(const struct open_path *a, const struct ope
 	       a->mount_ns == b->mount_ns && a->mount_events == b->mount_events;
 }
 
-/* The same file (by inode), opener (by cgroup) and generation. */
+/* The same file (by inode), opener (by candidate) and generation. */
 static __always_inline int same_file(const struct open_key *a, const struct open_key *b)
 {
-	return a->inode == b->inode && a->cgroup == b->cgroup && a->ino == b->ino &&
+	return a->inode == b->inode && a->candidate == b->candidate && a->ino == b->ino &&
 	       a->dev == b->dev && a->generation == b->generation;
 }
 
@@ -215,32 +218,37 @@ static __always_inline __u64 ordered_read(__u64 *value)
 	return __sync_fetch_and_add(value, zero);
 }
 
-/* The id of `task`'s cgroup, as bpf_get_current_cgroup_id reads it. */
-static __always_inline __u64 cgroup_of(struct task_struct *task)
+/*
+ * Starts an open's look into the cache: reads the cache's generation, before anything else the
+ * open reads. A full barrier follows: what the open reads next (its candidate, the decision a
+ * miss makes) is what the agent published at that epoch or later.
+ */
+static __always_inline void start_open_probe(struct open_probe *probe)
 {
-	return task->cgroups->dfl_cgrp->kn->id;
+	__u32 zero = 0;
+	__u64 *generation = bpf_map_lookup_elem(&open_generation, &zero);
+	/* No generation is as good as a move under way. */
+	probe->key.generation = generation ? *(volatile __u64 *)generation : 1;
+	full_barrier();
 }
 
 /*
- * Whether the cache says the current task's open of `file` (through `dentry`, of `inode`) needs
- * nothing for `perms`. Fills `probe` on the way, for the decision that follows a miss, which
- * reads the key's path afresh. Where that decision is to be remembered (seen), orders the loads
- * of the generation and the cgroup before the decision's: what it reads is what the agent
- * published at that epoch or later, about that cgroup.
+ * Whether the cache says the current task's open (the task of deepest candidate `who`) of `file`
+ * (through `dentry`, of `inode`) needs nothing for `perms`, the look started. Fills `probe` on
+ * the way, for the decision that follows a miss, which reads the key's path afresh.
  */
-static __always_inline int open_needs_nothing(struct open_probe *probe, struct file *file,
+static __always_inline int open_needs_nothing(struct open_probe *probe,
+					      const struct candidate *who, struct file *file,
 					      struct dentry *dentry, struct inode *inode,
 					      __u32 perms)
 {
 	struct open_key *key = &probe->key;
 	probe->slot = NULL;
-	__u32 zero = 0;
-	__u64 *generation = bpf_map_lookup_elem(&open_generation, &zero);
-	/* No generation is as good as a move under way. */
-	key->generation = generation ? *(volatile __u64 *)generation : 1;
 	if (key->generation & (1ull << PALISADE_OPEN_CACHE_OFF_BIT | 1))
 		return 0;
 	key->inode = (__u64)inode;
+	key->candidate = who->id;
+	probe->candidate_level = who->level;
 	key->ino = inode->i_ino;
 	key->dev = inode->i_sb->s_dev;
 	struct open_slot *slot = slot_of(key->ino, key->dev);
@@ -253,15 +261,13 @@ static __always_inline int open_needs_nothing(struct open_probe *probe, struct f
 	/* The plain miss: a slot of another inode, without the tag. */
 	if (!held && !probe->seen)
 		return 0;
-	/* Loads through the task's BTF pointers, cheaper than a helper or a probe read per field. */
-	struct task_struct *task = bpf_get_current_task_btf();
-	key->cgroup = cgroup_of(task);
-	if (held && slot->key.cgroup == key->cgroup) {
+	if (held && slot->key.candidate == key->candidate) {
 		/* A local copy, never stored: its fields are compared as they are read. */
 		struct open_path path;
 		__u64 sequence = ordered_read(&slot->sequence);
 		if (!(sequence & 1) && (slot->perms & perms) == perms &&
-		    fill_open_path(&path, task, file, dentry) && same_file(&slot->key, key) &&
+		    fill_open_path(&path, bpf_get_current_task_btf(), file, dentry) &&
+		    same_file(&slot->key, key) &&
 		    same_path(&slot->key.path, &path) &&
 		    bpf_jiffies64() - slot->written < OPEN_SLOT_LIFETIME &&
 		    ordered_read(&slot->sequence) == sequence) {
@@ -269,12 +275,7 @@ static __always_inline int open_needs_nothing(struct open_probe *probe, struct f
 			return 1;
 		}
 	} else if (held && slot->key.generation == key->generation) {
-		probe->seen = 0; /* another cgroup's verdict of the epoch: kept */
-	}
-	if (probe->seen) {
-		struct scratch *s = scratch_memory();
-		if (s)
-			full_barrier(s);
+		probe->seen = 0; /* another candidate's verdict of the epoch: kept */
 	}
 	return 0;
 }
@@ -288,9 +289,10 @@ static __always_inline __u64 real_mount(__u64 vfsmnt)
  * Records that the open `probe` looked up needs nothing for `perms`; a slot of another open is
  * replaced.
  * Not when the opener's root changed since the key was read (a thread sharing it may have
- * changed it, or changed it and back, while the path was resolved), nor its cgroup (the
- * decision may be of the target it was moved to; moved there and back, it was moved by one
- * who could have opened the file from there). Nor for a file on a mount of another namespace
+ * changed it, or changed it and back, while the path was resolved), nor when it is no longer
+ * below its deepest candidate (the decision, made from that candidate, probed the levels above
+ * it where the task was then; moved there and back, it was moved by one who could have opened
+ * the file from there). Nor for a file on a mount of another namespace
  * (reached through /proc/PID/root, say) or of none (detached): its namespace's mount tree
  * changes are not the opener's.
  */
@@ -300,12 +302,9 @@ static __always_inline void remember_open(const struct open_probe *probe, __u32 
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct fs_struct *fs = task->fs;
 	struct path root = fs->root;
-	/* The cgroup by the helper, though the key read it through the task's pointers: where
-	 * that chain of loads faulted, the key holds 0, which the helper's id never matches, and
-	 * nothing is remembered. */
 	if ((__u64)root.mnt != key->path.root_mnt || (__u64)root.dentry != key->path.root_dentry ||
 	    root_sequence(fs) != key->path.root_sequence ||
-	    bpf_get_current_cgroup_id() != key->cgroup)
+	    bpf_get_current_ancestor_cgroup_id(probe->candidate_level) != key->candidate)
 		return;
 	struct mnt_namespace *ns = task->nsproxy->mnt_ns;
 	/* Outside BPF_CORE_READ, whose every field access is relocated against the kernel's types. */

@@ -81,13 +81,21 @@ static __always_inline __u32 match_path(__u32 policy_id, struct scratch *s,
 	return allowed;
 }
 
-/* find_subject, and the per-CPU scratch memory a path decision works in: NULL when the task is
- * not a target (or, never in practice, the scratch memory is missing). */
-static __always_inline struct scratch *find_path_subject(struct subject *subject)
+/* find_subject_from, and the per-CPU scratch memory a path decision works in: NULL when the
+ * task is not a target (or, never in practice, the scratch memory is missing). */
+static __always_inline struct scratch *find_path_subject_from(struct subject *subject,
+							       const struct candidate *who)
 {
-	if (!find_subject(subject))
+	if (!find_subject_from(subject, who))
 		return NULL;
 	return scratch_memory();
+}
+
+/* find_path_subject_from the current task's deepest candidate. */
+static __always_inline struct scratch *find_path_subject(struct subject *subject)
+{
+	struct candidate who;
+	return find_candidate(&who) ? find_path_subject_from(subject, &who) : NULL;
 }
 
 /* Whether the subject's policy has path rules. */

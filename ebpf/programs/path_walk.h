@@ -286,17 +286,17 @@ static __always_inline long without_deleted_suffix(struct scratch *s, struct den
 }
 
 /*
- * The body of the hooks on a file already open (open, receive, exec, mmap): match, decide. An
- * open the cache did not answer passes its look into it as open_needs_nothing left it (`open`),
- * to be remembered; other hooks pass NULL.
+ * The body of the hooks on a file already open (open, receive, exec, mmap), for a task of
+ * deepest candidate `who`: match, decide. An open the cache did not answer passes its look into it as
+ * open_needs_nothing left it (`open`), to be remembered; other hooks pass NULL.
  */
 static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms,
-				      struct open_probe *open)
+				      const struct candidate *who, struct open_probe *open)
 {
 	if (!perms)
 		return 0;
 	SUBJECT(subject, hook);
-	struct scratch *s = find_path_subject(&subject);
+	struct scratch *s = find_path_subject_from(&subject, who);
 	if (!s)
 		return 0;
 	/* Read once here: a field of a kernel pointer is loaded again after every helper call. */
@@ -319,7 +319,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	int cacheable =
 		open && fill_open_path(&open->key.path, bpf_get_current_task_btf(), file, dentry);
 	if (cacheable)
-		full_barrier(s);
+		full_barrier();
 	/* What needs no path first: then the path is resolved for path rules, to report, or to
 	 * model. */
 	struct palisade_verdict by_file = {};

@@ -21,6 +21,7 @@ use super::{
     records::{ModelRecords, Records},
     store::{PolicyMaps, PolicyStore, ProgramsBarrier},
     table::{Installed, LEVELS, Levels, Slot, TargetTable},
+    target_filter::TargetFilter,
 };
 use crate::{
     policy::CompiledPolicy,
@@ -68,6 +69,9 @@ pub struct Enforcer {
     deletable: Vec<Installed>,
     /// Whether a barrier `start_retiring` returned has not been reported to `finish_retiring`.
     barrier_out: bool,
+    /// Taken where the barrier of the policies awaiting starts, if nothing was staged then: once
+    /// it is passed, the target filter may be rebuilt.
+    filter_checkpoint: Option<u64>,
 }
 
 impl Enforcer {
@@ -93,6 +97,7 @@ impl Enforcer {
             gate,
             targets,
             pending,
+            target_filter,
             protected_inodes,
             open_generation,
             policies,
@@ -121,6 +126,10 @@ impl Enforcer {
             targets: pinned.target_levels,
             enforced: pinned.enforced_levels,
         };
+        let filter = TargetFilter::new(target_filter).map_err(|source| LoadError::MapSetup {
+            name: "target_filter",
+            source,
+        })?;
         let open_slots = programs.open_slots()?;
         let open_cache =
             OpenCache::new(open_generation, open_slots).map_err(|source| LoadError::MapSetup {
@@ -138,7 +147,7 @@ impl Enforcer {
                 ..Config::default()
             },
             gate,
-            table: TargetTable::new(targets, pending, adopted_levels),
+            table: TargetTable::new(targets, pending, adopted_levels, filter),
             store: PolicyStore::new(
                 PolicyMaps {
                     policies,
@@ -161,6 +170,7 @@ impl Enforcer {
             awaiting: Vec::new(),
             deletable: Vec::new(),
             barrier_out: false,
+            filter_checkpoint: None,
         };
         // From here on, targets may not signal or trace this process.
         enforcer.publish_config().map_err(setup)?;
@@ -181,7 +191,11 @@ impl Enforcer {
         let (live, stale_targets) = removed?;
         self.protected.remove_others()?;
         self.publish_levels()?;
+        let filter_checkpoint = self.table.filter_checkpoint();
         self.store.wait_for_running_programs()?;
+        if let Some(checkpoint) = filter_checkpoint {
+            self.table.rebuild_filter(checkpoint)?;
+        }
         let stale_entries = self.store.purge_except(&live)?
             + self.counters.purge_except(&live)?
             + self.models.purge()?;
@@ -470,6 +484,7 @@ impl Enforcer {
     pub fn retire_released(&mut self) {
         if !(self.released.is_empty() && self.awaiting.is_empty()) {
             self.awaiting.append(&mut self.released);
+            self.filter_checkpoint = self.table.filter_checkpoint();
             let waited = self.store.wait_for_running_programs();
             self.waited(waited);
         }
@@ -487,6 +502,7 @@ impl Enforcer {
         }
         self.awaiting.append(&mut self.released);
         self.barrier_out = true;
+        self.filter_checkpoint = self.table.filter_checkpoint();
         Some(self.store.barrier())
     }
 
@@ -503,8 +519,17 @@ impl Enforcer {
     }
 
     fn waited(&mut self, waited: Result<(), MapError>) {
+        let filter_checkpoint = self.filter_checkpoint.take();
         match waited {
-            Ok(()) => self.deletable.append(&mut self.awaiting),
+            Ok(()) => {
+                self.deletable.append(&mut self.awaiting);
+                if let Some(checkpoint) = filter_checkpoint
+                    && let Err(err) = self.table.rebuild_filter(checkpoint)
+                {
+                    // Harmless: bits of former targets cost their cgroups a lookup.
+                    warn!("clearing the target filter of former targets: {err}");
+                }
+            }
             Err(err) => {
                 for old in std::mem::take(&mut self.awaiting) {
                     warn!(

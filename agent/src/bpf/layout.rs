@@ -75,6 +75,7 @@ maps! {
         gate in ".data.gate": Array<MapData, Gate>,
         targets: HashMap<MapData, u64, Target>,
         pending: HashMap<MapData, PendingKey, Target>,
+        target_filter: Array<MapData, u64>,
         protected_inodes: HashMap<MapData, InodeKey, u32>,
         open_generation: Array<MapData, u64>,
         policies: HashMap<MapData, u32, Policy>,

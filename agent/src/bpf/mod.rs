@@ -1,15 +1,17 @@
 //! The kernel side, seen from user space: loading and attaching the programs (`loader`), and
 //! the maps through which policies are enforced: the policies' entries (`store`), which target
-//! has which (`table`), what the kernel counts (`counters`) and what it records for
-//! BehaviorModeling (`records`), and the open verdict cache's generation (`open_cache`). `Enforcer`
-//! owns them all and switches policies in (`swap`);
-//! `layout` is the contract with the object.
+//! has which (`table`, and which cgroups may be targets: `target_filter`), what the kernel counts
+//! (`counters`) and what it records for BehaviorModeling (`records`), and the open verdict
+//! cache's generation (`open_cache`), some of them mapped into the agent (`mapping`).
+//! `Enforcer` owns them all and switches policies in (`swap`); `layout` is the contract with the
+//! object.
 
 mod counters;
 mod enforcer;
 mod hooks;
 mod layout;
 mod loader;
+mod mapping;
 mod open_cache;
 mod pinned;
 mod preflight;
@@ -19,6 +21,7 @@ mod registry;
 mod sizes;
 mod store;
 mod table;
+mod target_filter;
 
 pub use counters::{DecisionCost, MeasureError, ProgramRuns, RuleCounts, RuleLabels, Stats};
 pub use enforcer::{AuditRate, Enforcer, RetireError};

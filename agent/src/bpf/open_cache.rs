@@ -9,8 +9,7 @@
 //! be counted, and for `palisade agent --no-open-cache`.
 
 use std::{
-    os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd},
-    ptr::NonNull,
+    os::fd::{AsFd, OwnedFd},
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -22,6 +21,8 @@ use aya::{
     sys::SyscallError,
 };
 use palisade_common::{OPEN_CACHE_OFF_BIT, OPEN_SLOT_HITS};
+
+use super::mapping::Mapping;
 
 /// An epoch: even, so that an odd generation (a dentry move under way) stays odd.
 const EPOCH: u64 = 1 << 32;
@@ -76,21 +77,20 @@ pub(super) fn set_off(generation: &MapData, off: bool) -> Result<(), MapError> {
 }
 
 /// The generation's map (`BPF_F_MMAPABLE`) mapped into the agent: its value changes by atomic
-/// adds, as the programs' do, so that none is lost to a write and no program reads one torn.
+/// adds, as the programs' do.
 struct Generation(Mapping);
 
 impl Generation {
     fn map(map: &MapData) -> Result<Self, MapError> {
         Ok(Self(Mapping::new(
             map.fd().as_fd(),
-            page_size(),
-            libc::PROT_READ | libc::PROT_WRITE,
+            size_of::<u64>(),
+            true,
         )?))
     }
 
     fn value(&self) -> &AtomicU64 {
-        // SAFETY: the kernel places element 0 at the mapping's start, aligned for a u64.
-        unsafe { self.0.start.cast::<AtomicU64>().as_ref() }
+        self.0.atomic(0)
     }
 
     /// Sets or clears OFF, leaving the count the programs add to as it is.
@@ -134,70 +134,11 @@ impl Slots {
     }
 
     fn hits(&self) -> Result<u64, MapError> {
-        let len = (self.count * self.stride).next_multiple_of(page_size());
-        let mapping = Mapping::new(self.map.as_fd(), len, libc::PROT_READ)?;
+        let mapping = Mapping::new(self.map.as_fd(), self.count * self.stride, false)?;
+        // The stride and the offset are multiples of 8; the programs change a count by atomic
+        // adds only.
         Ok((0..self.count)
-            .map(|slot| {
-                // SAFETY: within the mapping, at a u64's alignment (stride and offset are
-                // multiples of 8); the programs change it by atomic adds only.
-                let hits = unsafe {
-                    mapping
-                        .start
-                        .byte_add(slot * self.stride + OPEN_SLOT_HITS as usize)
-                        .cast::<AtomicU64>()
-                        .as_ref()
-                };
-                hits.load(Ordering::Relaxed)
-            })
+            .map(|slot| mapping.load(slot * self.stride + OPEN_SLOT_HITS as usize))
             .sum())
     }
-}
-
-/// A shared mapping of a map's values, unmapped on drop.
-struct Mapping {
-    start: NonNull<u8>,
-    len: usize,
-}
-
-// What is mapped is read and written through atomics only.
-unsafe impl Send for Mapping {}
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    fn new(map: BorrowedFd<'_>, len: usize, protection: libc::c_int) -> Result<Self, MapError> {
-        // SAFETY: a new shared mapping of the map's first `len` bytes, unmapped on drop.
-        let start = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                protection,
-                libc::MAP_SHARED,
-                map.as_raw_fd(),
-                0,
-            )
-        };
-        if start == libc::MAP_FAILED {
-            return Err(SyscallError {
-                call: "mmap",
-                io_error: std::io::Error::last_os_error(),
-            }
-            .into());
-        }
-        Ok(Self {
-            start: NonNull::new(start.cast()).expect("mmap succeeded"),
-            len,
-        })
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping `new` made, no longer referenced.
-        unsafe { libc::munmap(self.start.as_ptr().cast(), self.len) };
-    }
-}
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
 }

@@ -1,6 +1,7 @@
 //! Which policy id each target has: cgroups in `targets`, and cgroups not created yet armed in
 //! `pending` (the kernel copies their entry into `targets` when it creates them), with the
-//! cgroup levels the programs probe and those where a policy has them decide anything.
+//! cgroup levels the programs probe and those where a policy has them decide anything, and the
+//! filter of the cgroups that may be targets.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -10,7 +11,7 @@ use std::{
 use aya::maps::{HashMap as BpfHashMap, MapData, MapError};
 use palisade_common::{PendingKey, Target};
 
-use super::layout::pending_key;
+use super::{layout::pending_key, target_filter::TargetFilter};
 use crate::policy::CompiledPolicy;
 
 /// Cgroup levels the programs can probe (the kernel's config holds them as a mask).
@@ -73,6 +74,10 @@ pub(super) struct TargetTable {
     per_level: [LevelCount; LEVELS as usize],
     /// Levels of the targets a previous agent left in pinned maps, kept until `remove_earlier`.
     adopted_levels: Levels,
+    filter: TargetFilter,
+    /// Entries written to `pending` so far: the filter is rebuilt only if none was since a
+    /// moment nothing was staged.
+    stages_written: u64,
 }
 
 impl TargetTable {
@@ -80,6 +85,7 @@ impl TargetTable {
         targets: BpfHashMap<MapData, u64, Target>,
         pending: BpfHashMap<MapData, PendingKey, Target>,
         adopted_levels: Levels,
+        filter: TargetFilter,
     ) -> Self {
         Self {
             targets,
@@ -88,6 +94,8 @@ impl TargetTable {
             staged: HashMap::new(),
             per_level: [LevelCount::default(); LEVELS as usize],
             adopted_levels,
+            filter,
+            stages_written: 0,
         }
     }
 
@@ -127,13 +135,42 @@ impl TargetTable {
         }
     }
 
-    /// Points `slot` at `policy_id` in the kernel: one map update.
+    /// Points `slot` at `policy_id` in the kernel: one map update (a cgroup's bit in the filter
+    /// set first).
     pub fn point(&mut self, slot: &Slot, policy_id: u32) -> Result<(), MapError> {
         let target = Target { policy_id };
         match slot {
-            Slot::Target(id) => self.targets.insert(id, target, 0),
-            Slot::Armed { key, .. } => self.pending.insert(key, target, 0),
+            Slot::Target(id) => {
+                self.filter.mark(*id);
+                self.targets.insert(id, target, 0)
+            }
+            Slot::Armed { key, .. } => {
+                self.stages_written += 1;
+                self.pending.insert(key, target, 0)
+            }
         }
+    }
+
+    /// Where a rebuild of the filter may start, when nothing is staged (an earlier agent's
+    /// stages included): then no program can set a bit but one that found a stage before.
+    pub fn filter_checkpoint(&self) -> Option<u64> {
+        self.pending
+            .keys()
+            .next()
+            .is_none()
+            .then_some(self.stages_written)
+    }
+
+    /// Clears the filter's bits of cgroups no longer targets, if nothing was staged since
+    /// `checkpoint` and every program running then has finished since: each target the kernel
+    /// armed is in `targets`.
+    pub fn rebuild_filter(&self, checkpoint: u64) -> Result<(), MapError> {
+        if checkpoint != self.stages_written {
+            return Ok(());
+        }
+        let targets: Vec<u64> = self.targets.keys().collect::<Result<_, _>>()?;
+        self.filter.rebuild(targets);
+        Ok(())
     }
 
     /// Records what `slot` points at now; returns what it pointed at before.

@@ -99,6 +99,7 @@ fn state_policy(state: &str) -> Option<String> {
         "S6" => enhance_protect(1, &file_rule("audited", AUDITED, "read", "audit")),
         "S7" => defense_in_depth(8),
         "S8" => enhance_protect(10_000, ""),
+        "S9" => enhance_protect(8, ""),
         state => enhance_protect(state.strip_prefix("S4-")?.parse().ok()?, ""),
     };
     Some(policy_file("bench", TARGET, &spec))
@@ -112,7 +113,8 @@ fn agent_options(state: &str) -> &'static [&'static str] {
     }
 }
 
-/// Runs every microbenchmark once in the target, each with `1 / share` of its operations.
+/// Runs every microbenchmark once in the target (S9: outside it), each with `1 / share` of its
+/// operations.
 fn micro_run(
     settings: &Settings,
     cgroups: &Cgroups,
@@ -127,8 +129,13 @@ fn micro_run(
                 .max(1)
                 .next_multiple_of(micro::PHASES);
             let denied = if state == "S5" { "denied" } else { "allowed" };
+            let cgroup = if state == "S9" {
+                &cgroups.client
+            } else {
+                &cgroups.target
+            };
             let text = output(&mut bench_command(
-                &cgroups.target,
+                cgroup,
                 &["micro", bench, &ops.to_string(), denied],
             )?)?;
             Ok(MicroSample {
@@ -323,7 +330,8 @@ mod tests {
         assert_eq!(
             with_policy,
             [
-                "S2", "S3", "S4-1", "S4-8", "S4-64", "S4-1024", "S4-10000", "S5", "S6", "S7", "S8"
+                "S2", "S3", "S4-1", "S4-8", "S4-64", "S4-1024", "S4-10000", "S5", "S6", "S7", "S9",
+                "S8"
             ]
         );
     }

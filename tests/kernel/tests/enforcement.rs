@@ -32,7 +32,7 @@ mod rule_modules;
 
 use palisade_kernel_tests::{
     Answer, EPERM, Kernel, assert_allowed, assert_denied_once, binary, deny_read, file, policy,
-    probe, spawn_probe,
+    policy_with_spec, probe, spawn_probe,
 };
 
 /// How long an agent may take to start serving: one that loads and attaches every program is
@@ -168,6 +168,42 @@ fn process_in_child_cgroup_of_target_is_covered() {
     kernel.apply(&container, policy("container", "    files: []\n"));
     assert_eq!(probe(Some(&container), &["read", secret]), Answer::Ok);
     assert_eq!(probe(Some(&pod), &["read", secret]), EPERM);
+}
+
+#[test]
+fn a_cgroup_whose_target_is_removed_falls_under_the_target_above_it() {
+    let mut kernel = Kernel::new();
+    let node = kernel.cgroup(None, "filter-node");
+    let pod = kernel.cgroup(Some(&node), "pod");
+    let container = kernel.cgroup(Some(&pod), "container");
+    let sibling = kernel.cgroup(Some(&pod), "sibling");
+    let (secret, own) = (file("/tmp/filter/secret"), file("/tmp/filter/own"));
+    // Above the pod, a target that decides nothing: the deepest target found must win.
+    kernel.apply(
+        &node,
+        policy_with_spec("filter-node", "  mode: AlwaysAllow\n"),
+    );
+    kernel.apply(&pod, policy("filter-pod", &deny_read(secret)));
+    kernel.apply(&container, policy("filter-container", &deny_read(own)));
+    // Keeps the containers' level probed once `container` is no target.
+    kernel.apply(&sibling, policy("filter-sibling", &deny_read(own)));
+    assert_eq!(probe(Some(&container), &["read", secret]), Answer::Ok);
+    assert_eq!(probe(Some(&container), &["read", own]), EPERM);
+    assert!(kernel.enforcer().remove(container.id).unwrap());
+    // The target filter still has the container's bit (cleared once its policy is retired):
+    // the task's deepest candidate is no target, and the pod's policy is found above it, not
+    // the node's.
+    for stage in ["before the retirement", "after it"] {
+        assert_eq!(probe(Some(&container), &["read", secret]), EPERM, "{stage}");
+        assert_eq!(
+            probe(Some(&container), &["read", own]),
+            Answer::Ok,
+            "{stage}"
+        );
+        assert_eq!(probe(Some(&sibling), &["read", own]), EPERM, "{stage}");
+        kernel.enforcer().retire_released();
+    }
+    assert_eq!(probe(None, &["read", secret]), Answer::Ok);
 }
 
 #[test]
