@@ -287,8 +287,8 @@ static __always_inline long without_deleted_suffix(struct scratch *s, struct den
 
 /*
  * The body of the hooks on a file already open (open, receive, exec, mmap), for a task of
- * deepest candidate `who`: match, decide. An open the cache did not answer passes its look into it as
- * open_needs_nothing left it (`open`), to be remembered; other hooks pass NULL.
+ * deepest candidate `who`: match, decide. An open the cache did not answer passes its look into
+ * it as open_needs_nothing left it (`open`), to be remembered; other hooks pass NULL.
  */
 static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms,
 				      const struct candidate *who, struct open_probe *open)
