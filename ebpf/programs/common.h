@@ -330,7 +330,7 @@ struct candidate {
  * into `*level`. One helper call and one load per level where some target sits, none deeper
  * than the task: a task under no target is told so without a hash lookup. A global function
  * (as target_above_candidate): the verifier checks its loop once, and the states of its callers
- * do not multiply by its levels.
+ * do not multiply by its levels (inlined, it takes file_open over 6.1's verifier limit).
  */
 __noinline __u64 deepest_candidate(__u64 levels, __u32 *level)
 {
@@ -789,6 +789,9 @@ static __always_inline __u32 protection_of(struct palisade_inode_key key)
 static __always_inline void protect_files(struct palisade_verdict *d, struct dentry *dentry,
 					  struct palisade_inode_key file, __u32 perms)
 {
+	/* An exec or a mapping for exec neither changes a file nor reads one: no lookup. */
+	if (!(perms & (PALISADE_PERM_READ | PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)))
+		return;
 	__u32 protection = protection_of(file);
 	if ((perms & (PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) &&
 	    ((protection & PALISADE_PROTECT_CHANGE) || dentry->d_sb->s_magic == BPF_FS_MAGIC ||

@@ -255,12 +255,7 @@ static __always_inline int open_needs_nothing(struct open_probe *probe,
 	if (!slot)
 		return 0;
 	probe->slot = slot;
-	probe->tag = tag_of(key);
-	probe->seen = slot->tag == probe->tag;
 	int held = slot->key.inode == key->inode;
-	/* The plain miss: a slot of another inode, without the tag. */
-	if (!held && !probe->seen)
-		return 0;
 	if (held && slot->key.candidate == key->candidate) {
 		/* A local copy, never stored: its fields are compared as they are read. */
 		struct open_path path;
@@ -274,9 +269,13 @@ static __always_inline int open_needs_nothing(struct open_probe *probe,
 			__sync_fetch_and_add(&slot->hits, 1);
 			return 1;
 		}
-	} else if (held && slot->key.generation == key->generation) {
-		probe->seen = 0; /* another candidate's verdict of the epoch: kept */
 	}
+	/* The tag only for a miss. Another candidate's verdict of the epoch is kept: the open is
+	 * then taken for a first one, which only tags. */
+	probe->tag = tag_of(key);
+	probe->seen = slot->tag == probe->tag &&
+		      !(held && slot->key.candidate != key->candidate &&
+			slot->key.generation == key->generation);
 	return 0;
 }
 
