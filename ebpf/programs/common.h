@@ -328,15 +328,12 @@ struct candidate {
 /*
  * The id of the current task's deepest candidate at the levels `levels`, 0 if none, and its level
  * into `*level`. One helper call and one load per level where some target sits, none deeper
- * than the task: a task under no target is told so without a hash lookup. A global function
- * (as target_above_candidate): the verifier checks its loop once, and the states of its callers
- * do not multiply by its levels (inlined, it takes file_open over 6.1's verifier limit).
+ * than the task: a task under no target is told so without a hash lookup. Inlined: every hook
+ * runs it first, and a call would cost ~20 instructions more.
  */
-__noinline __u64 deepest_candidate(__u64 levels, __u32 *level)
+static __always_inline __u64 deepest_candidate(__u64 levels, __u32 *level)
 {
 	__u64 found = 0;
-	if (!level)
-		return 0;
 	for (__u32 at = 0; at <= PALISADE_MAX_LEVEL; at++) {
 		if (!(levels >> at))
 			break; /* no target this deep */
@@ -356,7 +353,8 @@ __noinline __u64 deepest_candidate(__u64 levels, __u32 *level)
 /*
  * The id of the deepest target above the current task's deepest candidate `candidate` (at the
  * levels `levels`), 0 if none, and its level into `*level`: where the candidate's bit is another
- * cgroup's or a former target's.
+ * cgroup's or a former target's. A global function: the verifier checks its loop once, and the
+ * states of its callers do not multiply by its levels.
  */
 __noinline __u64 target_above_candidate(__u64 levels, __u64 candidate, __u32 *level)
 {
@@ -385,7 +383,7 @@ static __always_inline int find_candidate(struct candidate *who)
 {
 	__u32 zero = 0;
 	who->id = 0;
-	who->level = 0; /* written by a global function: the verifier wants it initialised */
+	who->level = 0; /* written only where a candidate is found */
 	who->config = bpf_map_lookup_elem(&config, &zero);
 	if (!who->config)
 		return 0;

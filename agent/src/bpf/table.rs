@@ -9,13 +9,13 @@ use std::{
 };
 
 use aya::maps::{HashMap as BpfHashMap, MapData, MapError};
-use palisade_common::{PendingKey, Target};
+use palisade_common::{MAX_LEVEL, PendingKey, Target};
 
 use super::{layout::pending_key, target_filter::TargetFilter};
 use crate::policy::CompiledPolicy;
 
 /// Cgroup levels the programs can probe (the kernel's config holds them as a mask).
-pub(super) const LEVELS: u32 = 64;
+pub(super) const LEVELS: u32 = MAX_LEVEL + 1;
 
 /// Cgroup levels, as masks (bit L: level L), of the kernel's config.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -221,8 +221,15 @@ mod tests {
         // A mounted subtree: levels count from the hierarchy's root.
         let subtree = Hierarchy::at(root.clone(), Path::new("/kubepods.slice/pod1"));
         assert_eq!(subtree.open("a/b").unwrap().level, 4);
-        let deep = Hierarchy::at(root.clone(), &PathBuf::from("/x".repeat(62)));
-        assert!(matches!(deep.open("a/b"), Err(CgroupError::TooDeep(_, 63))));
+        let deep = Hierarchy::at(
+            root.clone(),
+            &PathBuf::from("/x".repeat(MAX_LEVEL as usize - 1)),
+        );
+        assert_eq!(deep.open("a").unwrap().level, MAX_LEVEL);
+        assert!(matches!(
+            deep.open("a/b"),
+            Err(CgroupError::TooDeep(_, MAX_LEVEL))
+        ));
         fs::remove_dir_all(&root).unwrap();
     }
 }

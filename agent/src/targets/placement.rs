@@ -16,7 +16,7 @@ pub enum StageError {
         "cannot arm \"{0}\" before it exists: only cgroup names of 1 to 127 bytes without '/' can be"
     )]
     Name(String),
-    #[error("cannot arm a cgroup deeper than level 63")]
+    #[error("cannot arm a cgroup deeper than level {max}", max = palisade_common::MAX_LEVEL)]
     TooDeep,
     #[error("{0}")]
     Map(#[from] MapError),
