@@ -207,6 +207,30 @@ fn a_cgroup_whose_target_is_removed_falls_under_the_target_above_it() {
 }
 
 #[test]
+fn a_target_at_the_deepest_level_is_enforced_on_the_cgroups_below_it() {
+    let mut kernel = Kernel::new();
+    let mut deepest = kernel.cgroup(None, "deepest");
+    while deepest.level < palisade_common::MAX_LEVEL {
+        deepest = kernel.cgroup(Some(&deepest), "d");
+    }
+    let secret = file("/tmp/deepest/secret");
+    kernel.apply(&deepest, policy("deepest", &deny_read(secret)));
+    // Below it, a cgroup deeper than any target may be (made as a runtime would, not opened as
+    // a target).
+    let path = deepest.path.join("below");
+    std::fs::create_dir(&path).unwrap();
+    let below = palisade_agent::targets::Cgroup {
+        id: std::fs::metadata(&path).unwrap().ino(),
+        level: deepest.level + 1,
+        path,
+    };
+    assert_eq!(probe(Some(&deepest), &["read", secret]), EPERM);
+    assert_eq!(probe(Some(&below), &["read", secret]), EPERM);
+    assert_eq!(probe(None, &["read", secret]), Answer::Ok);
+    std::fs::remove_dir(&below.path).unwrap();
+}
+
+#[test]
 fn audit_rule_allows_and_emits_one_event() {
     let mut kernel = Kernel::new();
     let target = kernel.cgroup(None, "audit");
