@@ -42,6 +42,9 @@ _Static_assert((PALISADE_MAX_LEVEL & (PALISADE_MAX_LEVEL + 1)) == 0 && PALISADE_
 /* Connecting to an AF_UNIX stream socket bound at this name ("@name" for abstract names). */
 #define PALISADE_PERM_CONNECT (1u << 4)
 #define PALISADE_PERM_COUNT 5
+/* The permissions on a file's content: what rules that name files hold for on each of its names
+ * (`inode_rules`), and what the agent's own files are protected against. */
+#define PALISADE_PERM_CONTENT (PALISADE_PERM_READ | PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)
 
 /* What `protected_inodes` protects an inode of the agent's against, bits: changing it (or, for
  * a directory, its entries), and reading it (the audit trail). */
@@ -130,6 +133,9 @@ _Static_assert((PALISADE_MAX_LEVEL & (PALISADE_MAX_LEVEL + 1)) == 0 && PALISADE_
 #define PALISADE_LOOKUP_NETWORK (1u << 2)
 /* Path rules (the `path_prefixes` trie): without them, file hooks resolve no path. */
 #define PALISADE_LOOKUP_PATHS (1u << 3)
+/* Exact or directory rules on a file's content, which the agent looks for by inode in the
+ * targets' view (`inode_rules`). */
+#define PALISADE_LOOKUP_INODES (1u << 4)
 
 /* Bits of palisade_policy.flags. AlwaysAllow: the kernel leaves the policy's targets alone, as it
  * does processes that are no target (self-protection included); such a target still shadows the
@@ -165,6 +171,28 @@ struct palisade_inode_key {
 	__u64 ino;
 	__u32 dev; /* kernel encoding: major << 20 | minor */
 	__u32 reserved;
+};
+
+/* What an `inode_rules` entry names: a file, or a directory whose files a prefix rule covers. */
+#define PALISADE_NAMED_FILE 1
+#define PALISADE_NAMED_DIRECTORY 2
+
+/* Key of the `inode_rules` hash map: an inode one of a policy's exact or directory rules names,
+ * found by the agent under the rule's path in a target's view. A rule holds for every name of
+ * the inode: a hard link, a bind mount. */
+struct palisade_inode_rule_key {
+	__u32 policy_id;
+	__u32 dev; /* kernel encoding: major << 20 | minor */
+	__u64 ino;
+	__u32 named; /* PALISADE_NAMED_* */
+	__u32 reserved;
+};
+
+/* Value of the `inode_rules` hash map: the rules' actions on the content, per permission (those
+ * of PALISADE_PERM_CONTENT; never an allow). */
+struct palisade_inode_verdict {
+	__u32 action[PALISADE_PERM_COUNT];
+	__u32 rule_id[PALISADE_PERM_COUNT];
 };
 
 /* Value of the `targets` (and `pending`) hash map, keyed by cgroup v2 id (u64). */

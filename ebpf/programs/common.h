@@ -131,6 +131,14 @@ struct {
 	__type(value, struct palisade_glob_rule);
 } globs SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* sized at load */
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct palisade_inode_rule_key);
+	__type(value, struct palisade_inode_verdict);
+} inode_rules SEC(".maps");
+
 #define EVENTS_RING_SIZE (1 << 21)
 /* Unread records past which every submit wakes the agent (see submit_event). */
 #define EVENTS_WAKE_AT (EVENTS_RING_SIZE / 4)
@@ -788,7 +796,7 @@ static __always_inline void protect_files(struct palisade_verdict *d, struct den
 					  struct palisade_inode_key file, __u32 perms)
 {
 	/* An exec or a mapping for exec neither changes a file nor reads one: no lookup. */
-	if (!(perms & (PALISADE_PERM_READ | PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)))
+	if (!(perms & PALISADE_PERM_CONTENT))
 		return;
 	__u32 protection = protection_of(file);
 	if ((perms & (PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) &&

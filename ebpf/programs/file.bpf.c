@@ -236,7 +236,9 @@ int TARGET_HOOK(path_chmod, const struct path *path, unsigned short mode, int re
 	if (modeling(&subject))
 		record_file(&subject, s, len, PALISADE_PERM_WRITE);
 	match_resolved(&subject, s, len, PALISADE_PERM_WRITE, &d);
-	protect_files(&d, path->dentry, dentry_key(path->dentry), PALISADE_PERM_WRITE);
+	struct palisade_inode_key file = dentry_key(path->dentry);
+	protect_files(&d, path->dentry, file, PALISADE_PERM_WRITE);
+	match_names(&subject, path->dentry, file, PALISADE_PERM_WRITE, &d);
 	if (d.action == PALISADE_ACTION_NONE)
 		return 0;
 	return decide_path(&d, &subject, s, NULL, PALISADE_PERM_WRITE, mode);

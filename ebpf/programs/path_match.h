@@ -104,6 +104,44 @@ static __always_inline int has_paths(const struct subject *subject)
 	return subject->policy->lookups & PALISADE_LOOKUP_PATHS;
 }
 
+/* The rules of the subject's policy that name the inode of `inode` (`named`: as a file, or as
+ * the directory holding the file), for `perms`, considered into `d`. */
+static __always_inline void match_inode(const struct subject *subject,
+					struct palisade_inode_key inode, __u32 named, __u32 perms,
+					struct palisade_verdict *d)
+{
+	struct palisade_inode_rule_key key = {
+		.policy_id = subject->policy_id,
+		.dev = inode.dev,
+		.ino = inode.ino,
+		.named = named,
+	};
+	struct palisade_inode_verdict *verdict = bpf_map_lookup_elem(&inode_rules, &key);
+	if (!verdict)
+		return;
+	for (__u32 i = 0; i < PALISADE_PERM_COUNT; i++) {
+		if (perms & (1u << i))
+			consider(d, verdict->action[i], verdict->rule_id[i]);
+	}
+}
+
+/*
+ * Rules that name a file, or a directory its files are in, hold for each of its names: a hard
+ * link, a bind mount, whatever path it is reached by. The agent found the inodes they name in
+ * the targets' view (`inode_rules`): the file's own (`file`, zero for a name not created yet)
+ * and its directory's are looked up, for `perms` on the content, into `d`.
+ */
+static __always_inline void match_names(const struct subject *subject, struct dentry *dentry,
+					struct palisade_inode_key file, __u32 perms,
+					struct palisade_verdict *d)
+{
+	if (!(subject->policy->lookups & PALISADE_LOOKUP_INODES) || !(perms & PALISADE_PERM_CONTENT))
+		return;
+	if (file.ino)
+		match_inode(subject, file, PALISADE_NAMED_FILE, perms, d);
+	match_inode(subject, parent_key(dentry), PALISADE_NAMED_DIRECTORY, perms, d);
+}
+
 /*
  * What a path resolver answers for a file that no path names: cut off from the mount it was
  * opened through (its parents end at a root dentry that is not the mount's root: a file handle

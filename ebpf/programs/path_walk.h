@@ -253,7 +253,9 @@ static __always_inline int check_dentry(struct dentry *dentry, struct vfsmount *
 		return 0;
 	/* As in check_file: the path is walked for path rules, to report a decision, or to model. */
 	struct palisade_verdict by_file = {};
-	protect_files(&by_file, dentry, dentry_key(dentry), perms);
+	struct palisade_inode_key file = dentry_key(dentry);
+	protect_files(&by_file, dentry, file, perms);
+	match_names(&subject, dentry, file, perms, &by_file);
 	if (!has_paths(&subject) && by_file.action == PALISADE_ACTION_NONE && !modeling(&subject))
 		return 0;
 	long len = walk_path(s, dentry, vfsmnt);
@@ -324,9 +326,9 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	 * model. */
 	struct palisade_verdict by_file = {};
 	protect_files(&by_file, dentry, file_key, perms);
+	match_names(&subject, dentry, file_key, perms, &by_file);
 	/* A block device is one whatever its path: matched by the inode's type. */
-	if ((perms & (PALISADE_PERM_READ | PALISADE_PERM_WRITE | PALISADE_PERM_APPEND)) &&
-	    (inode->i_mode & S_IFMT) == S_IFBLK)
+	if ((perms & PALISADE_PERM_CONTENT) && (inode->i_mode & S_IFMT) == S_IFBLK)
 		consider(&by_file, subject.policy->block_device_open.action,
 			 subject.policy->block_device_open.rule_id);
 	/* Only the path can still decide an open the cache may answer, and never one of a policy

@@ -104,6 +104,7 @@ impl Enforcer {
             path_prefixes,
             path_suffixes,
             globs,
+            inode_rules,
             mount_types,
             sockets,
             network,
@@ -157,6 +158,7 @@ impl Enforcer {
                     globs,
                     prefixes: path_prefixes,
                     suffixes: path_suffixes,
+                    inode_rules,
                     barrier: ProgramsBarrier::new(sync_barrier, sync_inner),
                 },
                 *sizes,
@@ -317,6 +319,14 @@ impl Enforcer {
 
     pub fn stats(&self) -> Result<Stats, MapError> {
         self.counters.stats()
+    }
+
+    /// Looks again for the inodes the targets' rules name: files and directories are created,
+    /// linked, mounted and deleted while the rules hold.
+    pub fn find_named_inodes_again(&mut self) {
+        if self.store.find_named_inodes_again() {
+            self.forget_opens();
+        }
     }
 
     /// The opens of targets the open verdict cache answered without resolving their path. Apart

@@ -13,9 +13,10 @@ use aya::{
     },
 };
 use palisade_common::{
-    CGROUP_NAME_LEN, Config, Gate, GlobKey, GlobRule, HookCost, InodeKey, KEY_PATH_LEN, ModelKey,
-    MountTypeKey, NETWORK_FIXED_BITS, NetworkKeyData, PathVerdict, PendingKey, Policy, RuleCount,
-    RuleKey, SocketKey, TRIE_FIXED_BITS, Target, TriePath, Verdict,
+    CGROUP_NAME_LEN, Config, Gate, GlobKey, GlobRule, HookCost, InodeKey, InodeRuleKey,
+    InodeVerdict, KEY_PATH_LEN, ModelKey, MountTypeKey, NETWORK_FIXED_BITS, NetworkKeyData,
+    PathVerdict, PendingKey, Policy, RuleCount, RuleKey, SocketKey, TRIE_FIXED_BITS, Target,
+    TriePath, Verdict,
 };
 use serde::Serialize;
 
@@ -82,6 +83,7 @@ maps! {
         path_prefixes: LpmTrie<MapData, TriePath, PathVerdict>,
         path_suffixes: LpmTrie<MapData, TriePath, PathVerdict>,
         globs: HashMap<MapData, GlobKey, GlobRule>,
+        inode_rules: HashMap<MapData, InodeRuleKey, InodeVerdict>,
         mount_types: HashMap<MapData, MountTypeKey, Verdict>,
         sockets: HashMap<MapData, SocketKey, Verdict>,
         network: LpmTrie<MapData, NetworkKeyData, Verdict>,

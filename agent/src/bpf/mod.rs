@@ -12,6 +12,7 @@ mod hooks;
 mod layout;
 mod loader;
 mod mapping;
+mod names;
 mod open_cache;
 mod pinned;
 mod preflight;

@@ -30,7 +30,7 @@ impl Default for MapSizes {
 
 impl MapSizes {
     /// The entries of each map sized here; the object's other maps keep their sizes.
-    pub fn entries(&self) -> [(&'static str, u32); 13] {
+    pub fn entries(&self) -> [(&'static str, u32); 14] {
         let (targets, paths) = (self.targets, self.path_entries);
         // Suffix, glob, mount, socket and network rules, and audited rules: fewer than path
         // entries in every policy of the catalog, a quarter of them here.
@@ -41,6 +41,8 @@ impl MapSizes {
             // A replaced policy's entries stay until no program can be reading them.
             ("policies", targets.saturating_mul(2)),
             ("path_prefixes", paths),
+            // The inodes exact and directory rules name, in each target's view.
+            ("inode_rules", paths),
             ("path_suffixes", other_rules),
             ("globs", other_rules),
             ("mount_types", other_rules),

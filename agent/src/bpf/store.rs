@@ -2,19 +2,22 @@
 //! full before any target points at the id, deleted once no program can still be reading them.
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap as StdHashMap, HashSet},
+    path::PathBuf,
     sync::{Arc, Mutex, PoisonError},
 };
 
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError, lpm_trie::LpmTrie};
 use palisade_common::{
-    GlobKey, GlobRule, MountTypeKey, NetworkKeyData, PathVerdict, Policy, SocketKey, TriePath,
-    Verdict,
+    GlobKey, GlobRule, InodeRuleKey, InodeVerdict, MountTypeKey, NetworkKeyData, PathVerdict,
+    Policy, SocketKey, TriePath, Verdict,
 };
+use tracing::warn;
 
 use super::{
     EnforceError, InstalledPolicy, MapSizes, PolicyRegistry,
     layout::{glob_key, mount_type_key, network_key, socket_key, trie_key},
+    names::{self, MAX_WALKED},
 };
 use crate::{
     policy::{CompiledPolicy, TrieEntry},
@@ -30,6 +33,7 @@ pub(super) struct PolicyMaps {
     pub globs: HashMap<MapData, GlobKey, GlobRule>,
     pub prefixes: LpmTrie<MapData, TriePath, PathVerdict>,
     pub suffixes: LpmTrie<MapData, TriePath, PathVerdict>,
+    pub inode_rules: HashMap<MapData, InodeRuleKey, InodeVerdict>,
     pub barrier: ProgramsBarrier,
 }
 
@@ -64,6 +68,19 @@ pub(super) struct PolicyStore {
     sizes: MapSizes,
     next_policy_id: u32,
     registry: PolicyRegistry,
+    /// The policies whose rules name inodes, by policy id: where their target is, and the
+    /// `inode_rules` entries written for them.
+    named: StdHashMap<u32, NamedInodes>,
+}
+
+struct NamedInodes {
+    policy: Arc<CompiledPolicy>,
+    cgroup: PathBuf,
+    written: StdHashMap<InodeRuleKey, InodeVerdict>,
+    /// Whether the last look found more than it walks, or more than `inode_rules` holds: said
+    /// once, when it starts.
+    truncated: bool,
+    full: bool,
 }
 
 impl PolicyStore {
@@ -81,6 +98,7 @@ impl PolicyStore {
             sizes,
             next_policy_id: highest.checked_add(1).unwrap_or(1),
             registry: PolicyRegistry::default(),
+            named: StdHashMap::new(),
         }
     }
 
@@ -101,9 +119,78 @@ impl PolicyStore {
             self.delete_entries(policy_id, policy);
             return Err(err);
         }
+        if !policy.entries().names.is_empty() {
+            self.named.insert(
+                policy_id,
+                NamedInodes {
+                    policy: policy.clone(),
+                    cgroup: target.path.clone(),
+                    written: StdHashMap::new(),
+                    truncated: false,
+                    full: false,
+                },
+            );
+            self.find_named_inodes(policy_id);
+        }
         let installed = InstalledPolicy::new(policy.clone(), target);
         self.registry.insert(policy_id, Arc::new(installed));
         Ok(policy_id)
+    }
+
+    /// Looks for the inodes the policies' rules name again (they are created, linked, mounted
+    /// and deleted while the policies hold); returns whether an inode gained a verdict or a
+    /// stronger one, which opens remembered before it may not have.
+    pub fn find_named_inodes_again(&mut self) -> bool {
+        let ids: Vec<u32> = self.named.keys().copied().collect();
+        let mut gained = false;
+        for policy_id in ids {
+            gained |= self.find_named_inodes(policy_id);
+        }
+        gained
+    }
+
+    /// Writes the `inode_rules` entries of what policy `policy_id`'s rules name now, and deletes
+    /// those of what they no longer name; returns whether one was added or changed. Best effort:
+    /// what is not written leaves the rule to the names the path rules match.
+    fn find_named_inodes(&mut self, policy_id: u32) -> bool {
+        let Some(record) = self.named.get_mut(&policy_id) else {
+            return false;
+        };
+        let found = names::find(&record.cgroup, policy_id, record.policy.entries());
+        if found.truncated && !record.truncated {
+            warn!(
+                policy = %record.policy.name(),
+                cgroup = %record.cgroup.display(),
+                "the directories the policy names hold over {MAX_WALKED} directories and linked \
+                 files: its rules hold for the other names of those only"
+            );
+        }
+        record.truncated = found.truncated;
+        let map = &mut self.maps.inode_rules;
+        record
+            .written
+            .retain(|key, _| found.inodes.contains_key(key) || map.remove(key).is_err());
+        let mut gained = false;
+        let mut full = false;
+        for (key, verdict) in found.inodes {
+            if record.written.get(&key) == Some(&verdict) {
+                continue;
+            }
+            if let Err(err) = map.insert(key, verdict, 0) {
+                if !record.full {
+                    warn!(
+                        policy = %record.policy.name(),
+                        "the kernel's inode_rules map (sized by --max-path-entries): {err}"
+                    );
+                }
+                full = true;
+                break;
+            }
+            record.written.insert(key, verdict);
+            gained = true;
+        }
+        record.full = full;
+        gained
     }
 
     /// Undoes `add` for a policy no target ever pointed at.
@@ -168,6 +255,10 @@ impl PolicyStore {
                 trie.remove(&key)?;
                 count += 1;
             }
+        }
+        for key in stale(self.maps.inode_rules.keys(), |key| key.policy_id, live) {
+            self.maps.inode_rules.remove(&key)?;
+            count += 1;
         }
         Ok(count)
     }
@@ -240,6 +331,11 @@ impl PolicyStore {
         }
         for entry in &entries.prefixes {
             let _ = self.maps.prefixes.remove(&trie_key(policy_id, &entry.key));
+        }
+        if let Some(named) = self.named.remove(&policy_id) {
+            for key in named.written.keys() {
+                let _ = self.maps.inode_rules.remove(key);
+            }
         }
     }
 }

@@ -35,6 +35,10 @@ use crate::{
 };
 
 const RESYNC_INTERVAL: Duration = Duration::from_secs(2);
+/// How often the inodes the rules name are looked for again: a named file created or replaced,
+/// or a hard link made outside the targets to a file in a named directory, holds its rules at
+/// most this long after.
+const NAMES_INTERVAL: Duration = Duration::from_secs(30);
 /// Replaced policies are retired in the background, one step per timer: RETIRE_DELAY after a
 /// release (once for a burst of changes), one wait for the programs that may be using them, on a
 /// blocking thread; then their entries are deleted DELETES_PER_TURN policies at a time (about
@@ -444,6 +448,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     // Targets come and go without the policies changing: look again now and then.
     let mut resync = tokio::time::interval(RESYNC_INTERVAL);
     let mut losses = tokio::time::interval(Duration::from_secs(10));
+    let mut names = tokio::time::interval(NAMES_INTERVAL);
     let mut next_retire_step = None;
     let mut barrier_wait = None;
     loop {
@@ -456,6 +461,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
                 reconcile(&mut source, &mut session.enforcer, &mut retired);
             }
             ready = session.events_ready() => { ready?; session.pump(); }
+            _ = names.tick() => session.enforcer.find_named_inodes_again(),
             _ = losses.tick() => {
                 session.report_losses();
                 session.check_worker()?;

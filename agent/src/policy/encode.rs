@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use palisade_common::{
     ACTION_ALLOW, ACTION_AUDIT, ACTION_DENY, DEFAULT_CAPABILITIES, DEFAULT_MOUNT, DEFAULT_NETWORK,
-    DEFAULT_SOCKETS, FS_TYPE_LEN, GlobRule, LOOKUP_MOUNT_TYPES, LOOKUP_NETWORK, LOOKUP_PATHS,
-    LOOKUP_SOCKETS, PERM_COUNT, PathVerdict, Policy as KernelPolicy, Verdict,
+    DEFAULT_SOCKETS, FS_TYPE_LEN, GlobRule, InodeVerdict, LOOKUP_INODES, LOOKUP_MOUNT_TYPES,
+    LOOKUP_NETWORK, LOOKUP_PATHS, LOOKUP_SOCKETS, NAMED_DIRECTORY, NAMED_FILE, PERM_CONTENT,
+    PERM_COUNT, PathVerdict, Policy as KernelPolicy, Verdict,
 };
 
 use super::{
@@ -37,12 +38,24 @@ pub struct MapEntries {
     /// (family, protocol or ANY_PROTOCOL) -> verdict.
     pub sockets: Vec<((u32, u32), Verdict)>,
     pub network: Vec<NetworkEntry>,
+    /// The files and directories whose content exact and directory rules deny or report, by
+    /// name: the agent finds their inodes in the targets' view (`inode_rules`).
+    pub names: Vec<NamedPath>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrieEntry {
     pub key: Vec<u8>,
     pub verdict: PathVerdict,
+}
+
+/// A file (`named`: NAMED_FILE) or a directory whose files a prefix covers (NAMED_DIRECTORY), and
+/// what the rules covering it do to its content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedPath {
+    pub path: String,
+    pub named: u32,
+    pub verdict: InodeVerdict,
 }
 
 /// An entry of the network trie: protocol 0 and port 0 stand for all.
@@ -134,6 +147,62 @@ fn covering_entries(own: HashMap<Vec<u8>, PathVerdict>) -> Vec<TrieEntry> {
         .collect();
     entries.sort_by(|a, b| a.key.cmp(&b.key));
     entries
+}
+
+/// Adds what `from` does to a content to `into`, as rules merge: the stronger action wins, then
+/// the first rule.
+pub fn merge_content(into: &mut InodeVerdict, from: &InodeVerdict) {
+    for i in 0..PERM_COUNT as usize {
+        let mut current = Verdict {
+            action: into.action[i],
+            rule_id: into.rule_id[i],
+        };
+        merge_verdict(
+            &mut current,
+            Verdict {
+                action: from.action[i],
+                rule_id: from.rule_id[i],
+            },
+        );
+        into.action[i] = current.action;
+        into.rule_id[i] = current.rule_id;
+    }
+}
+
+/// What `verdict` does to a file's content (allowances aside), if anything.
+fn content_verdict(verdict: &PathVerdict) -> Option<InodeVerdict> {
+    let mut content = InodeVerdict::default();
+    for i in (0..PERM_COUNT as usize).filter(|i| PERM_CONTENT & (1 << i) != 0) {
+        content.action[i] = verdict.action[i] & !ACTION_ALLOW;
+        content.rule_id[i] = verdict.rule_id[i];
+    }
+    content
+        .action
+        .iter()
+        .any(|&action| action != 0)
+        .then_some(content)
+}
+
+/// The files and directories the exact and directory entries name, with what they do to their
+/// content. The root is not named: every path is below it, so its rules find every name.
+fn named_paths(prefixes: &[TrieEntry]) -> Vec<NamedPath> {
+    prefixes
+        .iter()
+        .filter_map(|entry| {
+            let verdict = content_verdict(&entry.verdict)?;
+            let (path, named) = match entry.key.split_last()? {
+                (0, path) => (path, NAMED_FILE),
+                (b'/', path) if !path.is_empty() => (path, NAMED_DIRECTORY),
+                _ => return None,
+            };
+            Some(NamedPath {
+                path: String::from_utf8(path.to_vec()).ok()?,
+                named,
+                verdict,
+            })
+        })
+        .filter(|name| name.path.starts_with('/'))
+        .collect()
 }
 
 /// The same for the network trie: within one (protocol, port), an entry carries the verdicts of
@@ -294,8 +363,14 @@ impl Encoder {
             .iter()
             .filter(|(used, _)| *used)
             .fold(0, |bits, (_, bit)| bits | bit);
+        let prefixes = covering_entries(self.prefixes);
+        let names = named_paths(&prefixes);
+        if !names.is_empty() {
+            self.switches.lookups |= LOOKUP_INODES;
+        }
         MapEntries {
-            prefixes: covering_entries(self.prefixes),
+            names,
+            prefixes,
             suffixes: covering_entries(self.suffixes),
             globs: self.globs,
             switches: self.switches,
@@ -348,6 +423,60 @@ mod tests {
             decide(&policy, "/data/f9999", PERM_READ),
             (ACTION_DENY, 10_000)
         );
+    }
+
+    #[test]
+    fn exact_and_directory_rules_on_content_name_their_paths_with_covering_verdicts() {
+        let policy = parse(&with_rules(
+            "    files:
+      - paths: [/etc/]
+        permissions: [write]
+        action: deny
+      - paths: [/etc/shadow, /etc/ssl/]
+        permissions: [read]
+        action: audit
+      - paths: [/, /usr/bin/sh, /proc/**/mem, /etc/pass**]
+        permissions: [exec, read]
+        action: deny
+",
+        ))
+        .unwrap();
+        let entries = policy.entries();
+        let first = |array: [u32; PERM_COUNT as usize]| [array[0], array[1], array[2]];
+        let named: Vec<(&str, u32, _)> = entries
+            .names
+            .iter()
+            .map(|name| {
+                let verdict = (first(name.verdict.action), first(name.verdict.rule_id));
+                (name.path.as_str(), name.named, verdict)
+            })
+            .collect();
+        // Read, write, append: `write` is writing and appending.
+        let changed_and_read = ([ACTION_DENY; 3], [3, 1, 1]);
+        let read = ([ACTION_DENY, 0, 0], [3, 0, 0]);
+        // Sorted by key; the root, globs and prefixes of names are not named; every entry below
+        // the root carries its read denial.
+        assert_eq!(
+            named,
+            vec![
+                ("/etc", NAMED_DIRECTORY, changed_and_read),
+                ("/etc/shadow", NAMED_FILE, changed_and_read),
+                ("/etc/ssl", NAMED_DIRECTORY, changed_and_read),
+                ("/proc", NAMED_DIRECTORY, read),
+                ("/usr/bin/sh", NAMED_FILE, read),
+            ]
+        );
+        assert_eq!(entries.switches.lookups & LOOKUP_INODES, LOOKUP_INODES);
+        let exec_only = parse(&with_rules(
+            "    files:
+      - paths: [/usr/bin/sh]
+        permissions: [exec]
+        action: deny
+",
+        ))
+        .unwrap();
+        assert!(exec_only.entries().names.is_empty());
+        assert_eq!(exec_only.entries().switches.lookups & LOOKUP_INODES, 0);
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub use catalog::{
 };
 pub use compile::{CompiledPolicy, Decider, RuleInfo, compile};
 pub use effect::AddressBlock;
-pub use encode::{MapEntries, NetworkEntry, TrieEntry};
+pub use encode::{MapEntries, NamedPath, NetworkEntry, TrieEntry, merge_content};
 pub use lower::{ModuleRules, ip_protocol, lists_built_in, module_field};
 pub use model::{KIND, MAX_FILE_BYTES, Metadata, Policy, parse_document, read_file};
 pub use palisade_crds::{

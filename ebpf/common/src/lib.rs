@@ -37,6 +37,8 @@ mod user {
     unsafe impl aya::Pod for Verdict {}
     unsafe impl aya::Pod for PendingKey {}
     unsafe impl aya::Pod for InodeKey {}
+    unsafe impl aya::Pod for InodeRuleKey {}
+    unsafe impl aya::Pod for InodeVerdict {}
     unsafe impl aya::Pod for RuleKey {}
     unsafe impl aya::Pod for RuleCount {}
     unsafe impl aya::Pod for HookCost {}

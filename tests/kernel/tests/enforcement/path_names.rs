@@ -5,6 +5,9 @@
 //! same file under one answer first, twice (the open verdict cache, ebpf/programs/open_cache.h,
 //! remembers a cgroup's second open of a file), then checks the other: the cache, had it missed
 //! a change of name, mount, root or policy, would fail it.
+//!
+//! A rule that names a file or a directory also holds for the file's other names: a hard link,
+//! a second mount (the agent finds the inodes the rules name, ebpf/programs/path_match.h).
 
 use palisade_agent::targets::Cgroup;
 use palisade_kernel_tests::{Answer, EPERM, Kernel, deny_read, file, policy, probe, sh};
@@ -101,8 +104,8 @@ fn a_second_mount_of_a_denied_directory_leaves_its_own_name_denied() {
     let target = denying_under(&mut kernel, "second-mount", "/tmp/second-mount/secret");
     let denied = file("/tmp/second-mount/secret/file");
     let _alias = BindMount::new("/tmp/second-mount/secret", "/tmp/second-mount/alias");
-    // Whatever the other name answers (its own path's verdict today; the rule's, once rules
-    // that name files hold for every name of the inode), it does not answer for this one.
+    // Whatever the other name answers (the rule's, when the directory was there as the policy
+    // was applied: see the test below), it does not answer for this one.
     probe(
         Some(&target),
         &["read-times", "2", "/tmp/second-mount/alias/file"],
@@ -217,4 +220,89 @@ fn a_file_read_again_after_a_chroot_is_decided_by_its_name_under_the_new_root() 
         (EPERM, vec!["/secret/file".to_owned()])
     );
     assert_eq!(probe(None, &chrooted), Answer::Ok);
+}
+
+/// A fresh target `name` whose policy denies writing the file `denied`.
+fn denying_write_of(kernel: &mut Kernel, name: &str, denied: &str) -> Cgroup {
+    let target = kernel.cgroup(None, name);
+    let rules = format!(
+        "    files:\n      - paths: [{denied}]\n        permissions: [write]\n        action: deny\n"
+    );
+    kernel.apply(&target, policy(name, &rules));
+    target
+}
+
+#[test]
+fn a_file_read_through_a_hard_link_made_before_the_policy_is_denied() {
+    let mut kernel = Kernel::new();
+    sh("rm -rf /tmp/linked && mkdir -p /tmp/linked/public");
+    let token = file("/tmp/linked/secret/token");
+    let link = "/tmp/linked/public/token";
+    sh(&format!("ln {token} {link}"));
+    let other = file("/tmp/linked/public/other");
+    let target = denying_under(&mut kernel, "linked", "/tmp/linked/secret");
+    assert_eq!(
+        read(&mut kernel, &target, link),
+        (EPERM, vec![link.to_owned()]),
+        "the token's other name"
+    );
+    assert_eq!(read(&mut kernel, &target, other), (Answer::Ok, vec![]));
+    assert_eq!(probe(None, &["read", link]), Answer::Ok);
+}
+
+#[test]
+fn a_file_written_through_a_hard_link_made_before_the_policy_is_denied() {
+    let mut kernel = Kernel::new();
+    sh("rm -rf /tmp/linked-write && mkdir -p /tmp/linked-write/public");
+    let passwd = file("/tmp/linked-write/passwd");
+    let link = "/tmp/linked-write/public/passwd";
+    sh(&format!("ln {passwd} {link}"));
+    let target = denying_write_of(&mut kernel, "linked-write", passwd);
+    assert_eq!(
+        run(&mut kernel, &target, &["write", link]),
+        (EPERM, vec![link.to_owned()])
+    );
+    assert_eq!(
+        run(&mut kernel, &target, &["truncate", link]),
+        (EPERM, vec![link.to_owned()])
+    );
+    assert_eq!(
+        run(&mut kernel, &target, &["read", link]),
+        (Answer::Ok, vec![]),
+        "only writing is denied"
+    );
+    assert_eq!(probe(None, &["write", link]), Answer::Ok);
+}
+
+#[test]
+fn a_second_mount_of_a_denied_directory_is_denied_under_its_other_name() {
+    let mut kernel = Kernel::new();
+    sh("rm -rf /tmp/aliased && mkdir -p /tmp/aliased");
+    file("/tmp/aliased/secret/deep/file");
+    let target = denying_under(&mut kernel, "aliased", "/tmp/aliased/secret");
+    // Mounted after the policy: the directory is the same inode under either name.
+    let _alias = BindMount::new("/tmp/aliased/secret", "/tmp/aliased/alias");
+    let alias = "/tmp/aliased/alias/deep/file";
+    assert_eq!(
+        read(&mut kernel, &target, alias),
+        (EPERM, vec![alias.to_owned()])
+    );
+    assert_eq!(probe(None, &["read", alias]), Answer::Ok);
+}
+
+#[test]
+fn a_file_remembered_as_allowed_is_denied_once_a_denied_directory_holds_another_name_of_it() {
+    let mut kernel = Kernel::new();
+    sh("rm -rf /tmp/later-linked && mkdir -p /tmp/later-linked/secret");
+    let public = file("/tmp/later-linked/public/file");
+    let target = denying_under(&mut kernel, "later-linked", "/tmp/later-linked/secret");
+    sh(&format!("ln {public} /tmp/later-linked/secret/file"));
+    // Allowed until the agent looks for the named inodes again, and remembered by the cache.
+    assert_eq!(read(&mut kernel, &target, public), (Answer::Ok, vec![]));
+    kernel.enforcer().find_named_inodes_again();
+    assert_eq!(
+        read(&mut kernel, &target, public),
+        (EPERM, vec![public.to_owned()]),
+        "the first open after the agent found the other name"
+    );
 }

@@ -1,0 +1,244 @@
+//! The inodes a policy's exact and directory rules name, as its target's processes see them: the
+//! entries of `inode_rules`, through which a rule holds for every name of what it names (a hard
+//! link, a bind mount). Each name is looked up in the root of each mount namespace of the
+//! target's processes (the agent's own root when it has none yet, as a target about to start
+//! sees it). Below a named directory, its subdirectories are named too, for the files in them,
+//! and those of its files that have other names (hard links) for themselves.
+
+use std::{
+    collections::{HashMap, HashSet},
+    ffi::CString,
+    fs::{self, File},
+    io,
+    os::{
+        fd::{AsRawFd, FromRawFd},
+        unix::fs::MetadataExt,
+    },
+    path::{Path, PathBuf},
+};
+
+use palisade_common::{InodeRuleKey, InodeVerdict, NAMED_DIRECTORY, NAMED_FILE};
+
+use super::layout::inode_key;
+use crate::policy::{MapEntries, merge_content};
+
+/// Mount namespaces of one target looked into, at most.
+const MAX_VIEWS: usize = 8;
+/// Processes of one target looked at, at most, to find its mount namespaces.
+const MAX_PROCESSES: usize = 4096;
+/// Directory levels walked below a named directory, at most.
+const MAX_DEPTH: usize = 8;
+/// Inodes found by walking, at most, for one target: a directory that holds more keeps its
+/// rules on the names below it (the path rules) but not on all of their other names.
+pub const MAX_WALKED: usize = 4096;
+
+/// What one target's policy names: `inode_rules` entries under `policy_id`, and whether a walk
+/// stopped at MAX_WALKED.
+#[derive(Debug, Default, PartialEq)]
+pub struct Named {
+    pub inodes: HashMap<InodeRuleKey, InodeVerdict>,
+    pub truncated: bool,
+}
+
+/// The inodes `entries`' names (`MapEntries::names`) name for the processes in the cgroup at
+/// `cgroup` and below. Names that do not exist are skipped: the path rules hold for them.
+pub fn find(cgroup: &Path, policy_id: u32, entries: &MapEntries) -> Named {
+    let mut named = Named::default();
+    if entries.names.is_empty() {
+        return named;
+    }
+    let mut walked = 0;
+    for root in views(cgroup) {
+        for name in &entries.names {
+            let Ok(found) = open_in(&root, &name.path) else {
+                continue;
+            };
+            let Ok(metadata) = found.metadata() else {
+                continue;
+            };
+            let directory = name.named == NAMED_DIRECTORY;
+            if directory && !metadata.is_dir() {
+                continue;
+            }
+            let mut add = |metadata: &fs::Metadata, kind| {
+                let key = rule_key(policy_id, metadata, kind);
+                merge_content(named.inodes.entry(key).or_default(), &name.verdict);
+            };
+            add(&metadata, name.named);
+            if directory && !kernel_tree(&found) {
+                let mut walk = Walk {
+                    dev: metadata.dev(),
+                    walked: &mut walked,
+                    truncated: &mut named.truncated,
+                    found: Vec::new(),
+                };
+                walk.below(
+                    &PathBuf::from(format!("/proc/self/fd/{}", found.as_raw_fd())),
+                    1,
+                );
+                for (metadata, kind) in walk.found {
+                    add(&metadata, kind);
+                }
+            }
+        }
+    }
+    named
+}
+
+/// Whether `dir` is on one of the kernel's own file systems (proc, sys, cgroup...): no file there
+/// has a second name, and their trees are large and change by themselves. Not walked.
+fn kernel_tree(dir: &File) -> bool {
+    const KERNEL_TREES: [i64; 7] = [
+        0x9fa0,     // proc
+        0x62656572, // sysfs
+        0x63677270, // cgroup2
+        0x27e0eb,   // cgroup
+        0x64626720, // debugfs
+        0x74726163, // tracefs
+        0x73636673, // securityfs
+    ];
+    // SAFETY: statfs is plain integers; all zero is a valid value.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and a statfs to fill.
+    let done = unsafe { libc::fstatfs(dir.as_raw_fd(), &mut stat) } == 0;
+    done && KERNEL_TREES.contains(&(stat.f_type as i64))
+}
+
+fn rule_key(policy_id: u32, metadata: &fs::Metadata, named: u32) -> InodeRuleKey {
+    let inode = inode_key(metadata);
+    InodeRuleKey {
+        policy_id,
+        dev: inode.dev,
+        ino: inode.ino,
+        named,
+        reserved: 0,
+    }
+}
+
+/// A walk below a named directory, on its file system only.
+struct Walk<'a> {
+    dev: u64,
+    walked: &'a mut usize,
+    truncated: &'a mut bool,
+    found: Vec<(fs::Metadata, u32)>,
+}
+
+impl Walk<'_> {
+    /// Subdirectories (named as directories) and files of more than one name (named as files)
+    /// below `dir`, at `depth`.
+    fn below(&mut self, dir: &Path, depth: usize) {
+        let Ok(children) = fs::read_dir(dir) else {
+            return;
+        };
+        for child in children.filter_map(Result::ok) {
+            // Not followed: a symbolic link names another file, looked at where it is.
+            let Ok(metadata) = child.metadata() else {
+                continue;
+            };
+            let kind = if metadata.is_dir() {
+                NAMED_DIRECTORY
+            } else if metadata.is_file() && metadata.nlink() > 1 {
+                NAMED_FILE
+            } else {
+                continue;
+            };
+            if metadata.dev() != self.dev {
+                continue;
+            }
+            if *self.walked == MAX_WALKED {
+                *self.truncated = true;
+                return;
+            }
+            *self.walked += 1;
+            self.found.push((metadata, kind));
+            if kind == NAMED_DIRECTORY && depth < MAX_DEPTH {
+                self.below(&child.path(), depth + 1);
+            }
+        }
+    }
+}
+
+/// The roots of the mount namespaces of the processes in the cgroup at `cgroup` and below, the
+/// agent's own if there are none; opened (O_PATH). Another user's process needs CAP_SYS_PTRACE.
+fn views(cgroup: &Path) -> Vec<File> {
+    let mut namespaces = HashSet::new();
+    let mut roots = Vec::new();
+    let pids = processes(cgroup);
+    for &pid in &pids {
+        let Ok(namespace) = fs::read_link(format!("/proc/{pid}/ns/mnt")) else {
+            continue;
+        };
+        if !namespaces.insert(namespace) {
+            continue;
+        }
+        if let Ok(root) = open_path(Path::new(&format!("/proc/{pid}/root"))) {
+            roots.push(root);
+        }
+        if roots.len() == MAX_VIEWS {
+            break;
+        }
+    }
+    // Processes not started yet will see the agent's (files and `palisade run`); those that
+    // could not be looked into are not looked for elsewhere.
+    if pids.is_empty() {
+        roots.extend(open_path(Path::new("/")));
+    }
+    roots
+}
+
+/// The processes in the cgroup at `cgroup` and below (MAX_PROCESSES at most).
+fn processes(cgroup: &Path) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let mut dirs = vec![cgroup.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
+            pids.extend(procs.lines().filter_map(|line| line.parse::<u32>().ok()));
+        }
+        if pids.len() >= MAX_PROCESSES {
+            pids.truncate(MAX_PROCESSES);
+            break;
+        }
+        if let Ok(children) = fs::read_dir(&dir) {
+            dirs.extend(
+                children
+                    .filter_map(Result::ok)
+                    .filter(|child| child.file_type().is_ok_and(|kind| kind.is_dir()))
+                    .map(|child| child.path()),
+            );
+        }
+    }
+    pids
+}
+
+fn open_path(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH)
+        .open(path)
+}
+
+/// Opens (O_PATH) the file at the absolute `path` as a process whose root is `root` resolves it:
+/// symbolic links followed inside that root, `..` never above it, no magic links of /proc.
+fn open_in(root: &File, path: &str) -> io::Result<File> {
+    let relative = CString::new(path.trim_start_matches('/'))?;
+    // SAFETY: open_how is plain integers; all zero is its default.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: a valid directory descriptor, a NUL-terminated path and an open_how of its size.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            relative.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { File::from_raw_fd(fd as i32) })
+}
