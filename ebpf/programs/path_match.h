@@ -139,7 +139,11 @@ static __always_inline void match_names(const struct subject *subject, struct de
 		return;
 	if (file.ino)
 		match_inode(subject, file, PALISADE_NAMED_FILE, perms, d);
-	match_inode(subject, parent_key(dentry), PALISADE_NAMED_DIRECTORY, perms, d);
+	/* A file system's root is its own parent: a named directory mounted there (a volume, the
+	 * service account's) is not in itself. */
+	struct dentry *parent = dentry->d_parent;
+	if (parent != dentry)
+		match_inode(subject, inode_key(parent->d_inode), PALISADE_NAMED_DIRECTORY, perms, d);
 }
 
 /*

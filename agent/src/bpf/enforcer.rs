@@ -321,10 +321,10 @@ impl Enforcer {
         self.counters.stats()
     }
 
-    /// Looks again for the inodes the targets' rules name: files and directories are created,
-    /// linked, mounted and deleted while the rules hold.
-    pub fn find_named_inodes_again(&mut self) {
-        if self.store.find_named_inodes_again() {
+    /// Looks again for the inodes the targets' rules name (files are created and linked while
+    /// the rules hold): for every target, or, `starting`, for those that had no process yet.
+    pub fn find_named_inodes_again(&mut self, starting: bool) {
+        if self.store.find_named_inodes_again(starting) {
             self.forget_opens();
         }
     }

@@ -28,16 +28,20 @@ const MAX_VIEWS: usize = 8;
 const MAX_PROCESSES: usize = 4096;
 /// Directory levels walked below a named directory, at most.
 const MAX_DEPTH: usize = 8;
-/// Inodes found by walking, at most, for one target: a directory that holds more keeps its
-/// rules on the names below it (the path rules) but not on all of their other names.
-pub const MAX_WALKED: usize = 4096;
+/// Entries read, and inodes found, by the walks of one target, at most: a directory that holds
+/// more keeps its rules on the names below it (the path rules) but not on all of their other
+/// names. `inode_rules` is the node's, and a look blocks the agent's loop: both bound what a
+/// target's directories cost.
+pub const MAX_READ: usize = 16384;
+const MAX_FOUND: usize = 1024;
 
-/// What one target's policy names: `inode_rules` entries under `policy_id`, and whether a walk
-/// stopped at MAX_WALKED.
+/// What one target's policy names: `inode_rules` entries under `policy_id`; whether a walk
+/// stopped at its bounds; whether the target had processes (else the agent's view was used).
 #[derive(Debug, Default, PartialEq)]
 pub struct Named {
     pub inodes: HashMap<InodeRuleKey, InodeVerdict>,
     pub truncated: bool,
+    pub in_processes: bool,
 }
 
 /// The inodes `entries`' names (`MapEntries::names`) name for the processes in the cgroup at
@@ -47,8 +51,10 @@ pub fn find(cgroup: &Path, policy_id: u32, entries: &MapEntries) -> Named {
     if entries.names.is_empty() {
         return named;
     }
-    let mut walked = 0;
-    for root in views(cgroup) {
+    let mut budget = Budget::default();
+    let (roots, in_processes) = views(cgroup);
+    named.in_processes = in_processes;
+    for root in roots {
         for name in &entries.names {
             let Ok(found) = open_in(&root, &name.path) else {
                 continue;
@@ -68,8 +74,7 @@ pub fn find(cgroup: &Path, policy_id: u32, entries: &MapEntries) -> Named {
             if directory && !kernel_tree(&found) {
                 let mut walk = Walk {
                     dev: metadata.dev(),
-                    walked: &mut walked,
-                    truncated: &mut named.truncated,
+                    budget: &mut budget,
                     found: Vec::new(),
                 };
                 walk.below(
@@ -82,6 +87,7 @@ pub fn find(cgroup: &Path, policy_id: u32, entries: &MapEntries) -> Named {
             }
         }
     }
+    named.truncated = budget.truncated;
     named
 }
 
@@ -115,11 +121,18 @@ fn rule_key(policy_id: u32, metadata: &fs::Metadata, named: u32) -> InodeRuleKey
     }
 }
 
+/// What the walks of one target have used of MAX_READ and MAX_FOUND.
+#[derive(Default)]
+struct Budget {
+    read: usize,
+    found: usize,
+    truncated: bool,
+}
+
 /// A walk below a named directory, on its file system only.
 struct Walk<'a> {
     dev: u64,
-    walked: &'a mut usize,
-    truncated: &'a mut bool,
+    budget: &'a mut Budget,
     found: Vec<(fs::Metadata, u32)>,
 }
 
@@ -131,6 +144,11 @@ impl Walk<'_> {
             return;
         };
         for child in children.filter_map(Result::ok) {
+            if self.budget.read == MAX_READ || self.budget.found == MAX_FOUND {
+                self.budget.truncated = true;
+                return;
+            }
+            self.budget.read += 1;
             // Not followed: a symbolic link names another file, looked at where it is.
             let Ok(metadata) = child.metadata() else {
                 continue;
@@ -145,11 +163,7 @@ impl Walk<'_> {
             if metadata.dev() != self.dev {
                 continue;
             }
-            if *self.walked == MAX_WALKED {
-                *self.truncated = true;
-                return;
-            }
-            *self.walked += 1;
+            self.budget.found += 1;
             self.found.push((metadata, kind));
             if kind == NAMED_DIRECTORY && depth < MAX_DEPTH {
                 self.below(&child.path(), depth + 1);
@@ -160,7 +174,8 @@ impl Walk<'_> {
 
 /// The roots of the mount namespaces of the processes in the cgroup at `cgroup` and below, the
 /// agent's own if there are none; opened (O_PATH). Another user's process needs CAP_SYS_PTRACE.
-fn views(cgroup: &Path) -> Vec<File> {
+/// Also whether there were processes.
+fn views(cgroup: &Path) -> (Vec<File>, bool) {
     let mut namespaces = HashSet::new();
     let mut roots = Vec::new();
     let pids = processes(cgroup);
@@ -183,7 +198,12 @@ fn views(cgroup: &Path) -> Vec<File> {
     if pids.is_empty() {
         roots.extend(open_path(Path::new("/")));
     }
-    roots
+    (roots, !pids.is_empty())
+}
+
+/// Whether the cgroup at `cgroup` or one below it has a process.
+pub fn has_processes(cgroup: &Path) -> bool {
+    !processes(cgroup).is_empty()
 }
 
 /// The processes in the cgroup at `cgroup` and below (MAX_PROCESSES at most).

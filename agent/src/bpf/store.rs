@@ -17,7 +17,7 @@ use tracing::warn;
 use super::{
     EnforceError, InstalledPolicy, MapSizes, PolicyRegistry,
     layout::{glob_key, mount_type_key, network_key, socket_key, trie_key},
-    names::{self, MAX_WALKED},
+    names::{self, MAX_READ},
 };
 use crate::{
     policy::{CompiledPolicy, TrieEntry},
@@ -77,8 +77,11 @@ struct NamedInodes {
     policy: Arc<CompiledPolicy>,
     cgroup: PathBuf,
     written: StdHashMap<InodeRuleKey, InodeVerdict>,
-    /// Whether the last look found more than it walks, or more than `inode_rules` holds: said
-    /// once, when it starts.
+    /// Whether the target had processes at the last look: until it has, it is looked at more
+    /// often (see `find_named_inodes_again`).
+    in_processes: bool,
+    /// Whether the last look found more than it walks, or more than `inode_rules` holds: each
+    /// said once, when it starts.
     truncated: bool,
     full: bool,
 }
@@ -126,6 +129,7 @@ impl PolicyStore {
                     policy: policy.clone(),
                     cgroup: target.path.clone(),
                     written: StdHashMap::new(),
+                    in_processes: false,
                     truncated: false,
                     full: false,
                 },
@@ -137,11 +141,20 @@ impl PolicyStore {
         Ok(policy_id)
     }
 
-    /// Looks for the inodes the policies' rules name again (they are created, linked, mounted
-    /// and deleted while the policies hold); returns whether an inode gained a verdict or a
-    /// stronger one, which opens remembered before it may not have.
-    pub fn find_named_inodes_again(&mut self) -> bool {
-        let ids: Vec<u32> = self.named.keys().copied().collect();
+    /// Looks for the inodes the policies' rules name again (they are created and linked while
+    /// the policies hold), for every policy or, `starting`, only for the targets that had no
+    /// process at the last look (their first processes' views are the ones that count); returns
+    /// whether an inode gained a verdict or a stronger one, which opens remembered before it may
+    /// not have.
+    pub fn find_named_inodes_again(&mut self, starting: bool) -> bool {
+        let ids: Vec<u32> = self
+            .named
+            .iter()
+            .filter(|(_, record)| {
+                !starting || (!record.in_processes && names::has_processes(&record.cgroup))
+            })
+            .map(|(policy_id, _)| *policy_id)
+            .collect();
         let mut gained = false;
         for policy_id in ids {
             gained |= self.find_named_inodes(policy_id);
@@ -149,9 +162,12 @@ impl PolicyStore {
         gained
     }
 
-    /// Writes the `inode_rules` entries of what policy `policy_id`'s rules name now, and deletes
-    /// those of what they no longer name; returns whether one was added or changed. Best effort:
-    /// what is not written leaves the rule to the names the path rules match.
+    /// Writes the `inode_rules` entries of what policy `policy_id`'s rules name now; returns
+    /// whether one was added or changed. An entry stays until the policy's entries are deleted:
+    /// the views are the target's processes', which may chroot or mount over a name to hide it
+    /// (a file deleted meanwhile keeps its inode number denied to the target, should the file
+    /// system give it to another file: the safe side). Best effort: what is not written leaves
+    /// the rule to the names the path rules match.
     fn find_named_inodes(&mut self, policy_id: u32) -> bool {
         let Some(record) = self.named.get_mut(&policy_id) else {
             return false;
@@ -161,15 +177,13 @@ impl PolicyStore {
             warn!(
                 policy = %record.policy.name(),
                 cgroup = %record.cgroup.display(),
-                "the directories the policy names hold over {MAX_WALKED} directories and linked \
-                 files: its rules hold for the other names of those only"
+                "the directories the policy names hold over {MAX_READ} entries, or too many \
+                 directories and linked files: its rules hold for the other names of some only"
             );
         }
         record.truncated = found.truncated;
+        record.in_processes = found.in_processes;
         let map = &mut self.maps.inode_rules;
-        record
-            .written
-            .retain(|key, _| found.inodes.contains_key(key) || map.remove(key).is_err());
         let mut gained = false;
         let mut full = false;
         for (key, verdict) in found.inodes {

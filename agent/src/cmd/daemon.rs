@@ -37,7 +37,8 @@ use crate::{
 const RESYNC_INTERVAL: Duration = Duration::from_secs(2);
 /// How often the inodes the rules name are looked for again: a named file created or replaced,
 /// or a hard link made outside the targets to a file in a named directory, holds its rules at
-/// most this long after.
+/// most this long after. A target without processes is looked at again at every resync, so that
+/// its first processes' views count within RESYNC_INTERVAL.
 const NAMES_INTERVAL: Duration = Duration::from_secs(30);
 /// Replaced policies are retired in the background, one step per timer: RETIRE_DELAY after a
 /// release (once for a burst of changes), one wait for the programs that may be using them, on a
@@ -449,6 +450,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut resync = tokio::time::interval(RESYNC_INTERVAL);
     let mut losses = tokio::time::interval(Duration::from_secs(10));
     let mut names = tokio::time::interval(NAMES_INTERVAL);
+    // A look that takes long delays the next rather than bunching them up.
+    names.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut next_retire_step = None;
     let mut barrier_wait = None;
     loop {
@@ -459,9 +462,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<()> {
             }
             _ = resync.tick() => {
                 reconcile(&mut source, &mut session.enforcer, &mut retired);
+                session.enforcer.find_named_inodes_again(true);
             }
             ready = session.events_ready() => { ready?; session.pump(); }
-            _ = names.tick() => session.enforcer.find_named_inodes_again(),
+            _ = names.tick() => session.enforcer.find_named_inodes_again(false),
             _ = losses.tick() => {
                 session.report_losses();
                 session.check_worker()?;

@@ -80,19 +80,18 @@ fn a_file_whose_ancestor_is_renamed_into_a_denied_directory_is_denied_at_once() 
     );
 }
 
-/// A bind mount, unmounted when dropped (also when the test fails).
-struct BindMount(&'static str);
-
-impl BindMount {
-    fn new(source: &str, target: &'static str) -> Self {
-        sh(&format!(
-            "mkdir -p {target} && mount -o bind {source} {target}"
-        ));
-        Self(target)
-    }
+/// Mounts `source` at `target` too, until the result is dropped (also when the test fails).
+fn bind_mount(source: &str, target: &'static str) -> Unmount {
+    sh(&format!(
+        "mkdir -p {target} && mount -o bind {source} {target}"
+    ));
+    Unmount(target)
 }
 
-impl Drop for BindMount {
+/// Unmounts a mount point when dropped.
+struct Unmount(&'static str);
+
+impl Drop for Unmount {
     fn drop(&mut self) {
         let _ = std::process::Command::new("umount").arg(self.0).status();
     }
@@ -103,7 +102,7 @@ fn a_second_mount_of_a_denied_directory_leaves_its_own_name_denied() {
     let mut kernel = Kernel::new();
     let target = denying_under(&mut kernel, "second-mount", "/tmp/second-mount/secret");
     let denied = file("/tmp/second-mount/secret/file");
-    let _alias = BindMount::new("/tmp/second-mount/secret", "/tmp/second-mount/alias");
+    let _alias = bind_mount("/tmp/second-mount/secret", "/tmp/second-mount/alias");
     // Whatever the other name answers (the rule's, when the directory was there as the policy
     // was applied: see the test below), it does not answer for this one.
     probe(
@@ -123,7 +122,7 @@ fn a_file_whose_mount_is_moved_into_a_denied_directory_is_denied_at_once() {
     file("/tmp/moved-mount/source/deep/file");
     let before = "/tmp/moved-mount/public/deep/file";
     let after = "/tmp/moved-mount/secret/public/deep/file";
-    let _mount = BindMount::new("/tmp/moved-mount/source", "/tmp/moved-mount/public");
+    let _mount = bind_mount("/tmp/moved-mount/source", "/tmp/moved-mount/public");
     assert_eq!(read(&mut kernel, &target, before), (Answer::Ok, vec![]));
     sh("mkdir -p /tmp/moved-mount/secret/public && \
         mount --move /tmp/moved-mount/public /tmp/moved-mount/secret/public");
@@ -281,7 +280,7 @@ fn a_second_mount_of_a_denied_directory_is_denied_under_its_other_name() {
     file("/tmp/aliased/secret/deep/file");
     let target = denying_under(&mut kernel, "aliased", "/tmp/aliased/secret");
     // Mounted after the policy: the directory is the same inode under either name.
-    let _alias = BindMount::new("/tmp/aliased/secret", "/tmp/aliased/alias");
+    let _alias = bind_mount("/tmp/aliased/secret", "/tmp/aliased/alias");
     let alias = "/tmp/aliased/alias/deep/file";
     assert_eq!(
         read(&mut kernel, &target, alias),
@@ -299,10 +298,31 @@ fn a_file_remembered_as_allowed_is_denied_once_a_denied_directory_holds_another_
     sh(&format!("ln {public} /tmp/later-linked/secret/file"));
     // Allowed until the agent looks for the named inodes again, and remembered by the cache.
     assert_eq!(read(&mut kernel, &target, public), (Answer::Ok, vec![]));
-    kernel.enforcer().find_named_inodes_again();
+    kernel.enforcer().find_named_inodes_again(false);
     assert_eq!(
         read(&mut kernel, &target, public),
         (EPERM, vec![public.to_owned()]),
         "the first open after the agent found the other name"
+    );
+}
+
+#[test]
+fn a_denied_directory_that_is_a_file_systems_root_is_itself_still_readable() {
+    let mut kernel = Kernel::new();
+    sh(
+        "rm -rf /tmp/volume && mkdir -p /tmp/volume/secret && mount -t tmpfs none /tmp/volume/secret",
+    );
+    let _mounted = Unmount("/tmp/volume/secret");
+    let token = file("/tmp/volume/secret/token");
+    let target = denying_under(&mut kernel, "volume", "/tmp/volume/secret");
+    // The directory's root dentry is its own parent: it is not a file in itself.
+    assert_eq!(
+        probe(Some(&target), &["read", "/tmp/volume/secret"]),
+        Answer::Errno(libc::EISDIR),
+        "opened (listing it is no read of a file below it), then read as a directory"
+    );
+    assert_eq!(
+        read(&mut kernel, &target, token),
+        (EPERM, vec![token.to_owned()])
     );
 }
