@@ -7,12 +7,12 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    ffi::CString,
+    ffi::{CString, OsStr},
     fs::{self, File},
     io,
     os::{
         fd::{AsRawFd, FromRawFd},
-        unix::fs::MetadataExt,
+        unix::{ffi::OsStrExt, fs::MetadataExt},
     },
     path::{Path, PathBuf},
 };
@@ -20,7 +20,7 @@ use std::{
 use palisade_common::{InodeRuleKey, InodeVerdict, NAMED_DIRECTORY, NAMED_FILE};
 
 use super::layout::inode_key;
-use crate::policy::{MapEntries, merge_content};
+use crate::policy::{NamedPath, merge_content};
 
 /// Mount namespaces of one target looked into, at most.
 const MAX_VIEWS: usize = 8;
@@ -44,20 +44,33 @@ pub struct Named {
     pub in_processes: bool,
 }
 
-/// The inodes `entries`' names (`MapEntries::names`) name for the processes in the cgroup at
-/// `cgroup` and below. Names that do not exist are skipped: the path rules hold for them.
-pub fn find(cgroup: &Path, policy_id: u32, entries: &MapEntries) -> Named {
+/// The inodes `names` name for the processes in the cgroup at `cgroup` and below. Names that do
+/// not exist are skipped: the path rules hold for them.
+pub fn find(cgroup: &Path, policy_id: u32, names: &[NamedPath]) -> Named {
     let mut named = Named::default();
-    if entries.names.is_empty() {
+    if names.is_empty() {
         return named;
     }
     let mut budget = Budget::default();
+    // What each named directory holds, by its device and inode: the views of one target (its
+    // containers, the pause container) mostly share them.
+    let mut walked: HashMap<(u64, u64), Vec<(fs::Metadata, u32)>> = HashMap::new();
     let (roots, in_processes) = views(cgroup);
     named.in_processes = in_processes;
     for root in roots {
-        for name in &entries.names {
-            let Ok(found) = open_in(&root, &name.path) else {
+        let mut absent = Absent::default();
+        for name in names {
+            if absent.holds(&name.path) {
                 continue;
+            }
+            let found = match open_in(&root, &name.path) {
+                Ok(found) => found,
+                Err(err) => {
+                    if err.kind() == io::ErrorKind::NotFound {
+                        absent.look_up(&root, &name.path);
+                    }
+                    continue;
+                }
             };
             let Ok(metadata) = found.metadata() else {
                 continue;
@@ -72,23 +85,60 @@ pub fn find(cgroup: &Path, policy_id: u32, entries: &MapEntries) -> Named {
             };
             add(&metadata, name.named);
             if directory && !kernel_tree(&found) {
-                let mut walk = Walk {
-                    dev: metadata.dev(),
-                    budget: &mut budget,
-                    found: Vec::new(),
-                };
-                walk.below(
-                    &PathBuf::from(format!("/proc/self/fd/{}", found.as_raw_fd())),
-                    1,
-                );
-                for (metadata, kind) in walk.found {
-                    add(&metadata, kind);
+                let below = walked
+                    .entry((metadata.dev(), metadata.ino()))
+                    .or_insert_with(|| {
+                        let mut walk = Walk {
+                            dev: metadata.dev(),
+                            budget: &mut budget,
+                            found: Vec::new(),
+                        };
+                        walk.below(&found, 1);
+                        walk.found
+                    });
+                for (metadata, kind) in below.iter() {
+                    add(metadata, *kind);
                 }
             }
         }
     }
     named.truncated = budget.truncated;
     named
+}
+
+/// The directories found missing in one view, so that the names below one cost no lookup each
+/// (10,000 rules under a directory a container does not have), and those found present.
+#[derive(Default)]
+struct Absent {
+    missing: Vec<PathBuf>,
+    present: HashSet<PathBuf>,
+}
+
+impl Absent {
+    /// Whether `path` is below a directory found missing.
+    fn holds(&self, path: &str) -> bool {
+        self.missing
+            .iter()
+            .any(|dir| Path::new(path).starts_with(dir))
+    }
+
+    /// Notes the highest missing directory above `path`, which is missing in the view of `root`.
+    fn look_up(&mut self, root: &File, path: &str) {
+        let mut highest = None;
+        for dir in Path::new(path).ancestors().skip(1) {
+            if dir == Path::new("/") || self.present.contains(dir) {
+                break;
+            }
+            match open_in(root, &dir.to_string_lossy()) {
+                Err(err) if err.kind() == io::ErrorKind::NotFound => highest = Some(dir),
+                _ => {
+                    self.present.insert(dir.to_path_buf());
+                    break;
+                }
+            }
+        }
+        self.missing.extend(highest.map(Path::to_path_buf));
+    }
 }
 
 /// Whether `dir` is on one of the kernel's own file systems (proc, sys, cgroup...): no file there
@@ -138,9 +188,10 @@ struct Walk<'a> {
 
 impl Walk<'_> {
     /// Subdirectories (named as directories) and files of more than one name (named as files)
-    /// below `dir`, at `depth`.
-    fn below(&mut self, dir: &Path, depth: usize) {
-        let Ok(children) = fs::read_dir(dir) else {
+    /// below `dir`, at `depth`. Each is reached from its parent's descriptor and never through a
+    /// symbolic link: a name swapped meanwhile for a link is not followed elsewhere.
+    fn below(&mut self, dir: &File, depth: usize) {
+        let Ok(children) = fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
             return;
         };
         for child in children.filter_map(Result::ok) {
@@ -164,12 +215,34 @@ impl Walk<'_> {
                 continue;
             }
             self.budget.found += 1;
-            self.found.push((metadata, kind));
-            if kind == NAMED_DIRECTORY && depth < MAX_DEPTH {
-                self.below(&child.path(), depth + 1);
+            if kind == NAMED_DIRECTORY
+                && depth < MAX_DEPTH
+                && let Ok(subdir) = open_child(dir, &child.file_name(), &metadata)
+            {
+                self.below(&subdir, depth + 1);
             }
+            self.found.push((metadata, kind));
         }
     }
+}
+
+/// Opens (O_PATH) the subdirectory `name` of `dir`, not through a symbolic link, if it is still
+/// the directory of `metadata`.
+fn open_child(dir: &File, name: &OsStr, metadata: &fs::Metadata) -> io::Result<File> {
+    let name = CString::new(name.as_bytes())?;
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a valid directory descriptor and a NUL-terminated name.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    let subdir = unsafe { File::from_raw_fd(fd) };
+    let opened = subdir.metadata()?;
+    if (opened.dev(), opened.ino()) != (metadata.dev(), metadata.ino()) {
+        return Err(io::Error::other("replaced since it was listed"));
+    }
+    Ok(subdir)
 }
 
 /// The roots of the mount namespaces of the processes in the cgroup at `cgroup` and below, the
@@ -261,4 +334,133 @@ fn open_in(root: &File, path: &str) -> io::Result<File> {
     }
     // SAFETY: the kernel returned a new descriptor that nothing else owns.
     Ok(unsafe { File::from_raw_fd(fd as i32) })
+}
+
+#[cfg(test)]
+mod tests {
+    use palisade_common::{ACTION_AUDIT, ACTION_DENY};
+
+    use super::*;
+
+    /// A tree in a directory of its own: `named/` holds a subdirectory, a file of one name, a
+    /// file of two (its other name beside `named/`) and a symbolic link to a directory outside.
+    struct Tree(PathBuf);
+
+    impl Tree {
+        fn new(test: &str) -> Self {
+            let base =
+                std::env::temp_dir().join(format!("palisade-names-{test}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&base);
+            fs::create_dir_all(base.join("named/sub")).unwrap();
+            fs::create_dir_all(base.join("outside/deeper")).unwrap();
+            fs::write(base.join("named/plain"), "").unwrap();
+            fs::write(base.join("named/sub/linked"), "").unwrap();
+            fs::hard_link(base.join("named/sub/linked"), base.join("other-name")).unwrap();
+            std::os::unix::fs::symlink(base.join("outside"), base.join("named/link")).unwrap();
+            Self(base)
+        }
+
+        fn path(&self, relative: &str) -> String {
+            self.0.join(relative).to_string_lossy().into_owned()
+        }
+
+        fn key(&self, relative: &str, named: u32) -> InodeRuleKey {
+            rule_key(7, &fs::metadata(self.0.join(relative)).unwrap(), named)
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// `action` on reading, by rule `rule_id`.
+    fn on_read(action: u32, rule_id: u32) -> InodeVerdict {
+        let mut verdict = InodeVerdict::default();
+        verdict.action[0] = action;
+        verdict.rule_id[0] = rule_id;
+        verdict
+    }
+
+    fn name(path: String, named: u32, verdict: InodeVerdict) -> NamedPath {
+        NamedPath {
+            path,
+            named,
+            verdict,
+        }
+    }
+
+    /// No cgroup, no processes: the names are looked up in the agent's own root.
+    fn find_in_own_root(names: &[NamedPath]) -> Named {
+        find(Path::new("/nonexistent-cgroup"), 7, names)
+    }
+
+    #[test]
+    fn a_named_directory_names_its_subdirectories_and_its_files_of_other_names() {
+        let tree = Tree::new("walk");
+        let deny = on_read(ACTION_DENY, 1);
+        let found = find_in_own_root(&[name(tree.path("named"), NAMED_DIRECTORY, deny)]);
+        let expected: HashMap<InodeRuleKey, InodeVerdict> = [
+            (tree.key("named", NAMED_DIRECTORY), deny),
+            (tree.key("named/sub", NAMED_DIRECTORY), deny),
+            (tree.key("named/sub/linked", NAMED_FILE), deny),
+        ]
+        .into();
+        // Not the file of one name, nor what the link leads to.
+        assert_eq!(found.inodes, expected);
+        assert!(!found.in_processes && !found.truncated);
+    }
+
+    #[test]
+    fn two_names_of_one_directory_each_add_their_verdict_below_it() {
+        let tree = Tree::new("twice");
+        std::os::unix::fs::symlink(tree.path("named"), tree.path("alias")).unwrap();
+        let names = [
+            name(
+                tree.path("named"),
+                NAMED_DIRECTORY,
+                on_read(ACTION_AUDIT, 1),
+            ),
+            name(tree.path("alias"), NAMED_DIRECTORY, on_read(ACTION_DENY, 2)),
+        ];
+        let found = find_in_own_root(&names);
+        assert_eq!(
+            found.inodes.get(&tree.key("named/sub/linked", NAMED_FILE)),
+            Some(&on_read(ACTION_DENY, 2))
+        );
+    }
+
+    #[test]
+    fn a_file_name_names_the_file_and_missing_names_nothing() {
+        let tree = Tree::new("files");
+        let deny = on_read(ACTION_DENY, 1);
+        let names = [
+            name(tree.path("other-name"), NAMED_FILE, deny),
+            name(tree.path("missing/below/file"), NAMED_FILE, deny),
+            name(tree.path("missing/below/other"), NAMED_DIRECTORY, deny),
+            name(tree.path("named/missing"), NAMED_FILE, deny),
+            // A file named as a directory is not one.
+            name(tree.path("named/plain"), NAMED_DIRECTORY, deny),
+        ];
+        let found = find_in_own_root(&names);
+        let expected: HashMap<InodeRuleKey, InodeVerdict> =
+            [(tree.key("named/sub/linked", NAMED_FILE), deny)].into();
+        assert_eq!(found.inodes, expected);
+    }
+
+    #[test]
+    fn names_below_a_missing_directory_are_not_looked_up() {
+        let tree = Tree::new("absent");
+        let root = open_path(Path::new("/")).unwrap();
+        let mut absent = Absent::default();
+        absent.look_up(&root, &tree.path("missing/below/file"));
+        assert!(absent.holds(&tree.path("missing/other")));
+        assert!(absent.holds(&tree.path("missing")));
+        assert!(!absent.holds(&tree.path("missing-not")));
+        assert!(!absent.holds(&tree.path("named/file")));
+        // A missing name in a present directory notes nothing.
+        absent.look_up(&root, &tree.path("named/missing"));
+        assert!(!absent.holds(&tree.path("named/other")));
+    }
 }

@@ -77,9 +77,9 @@ struct NamedInodes {
     policy: Arc<CompiledPolicy>,
     cgroup: PathBuf,
     written: StdHashMap<InodeRuleKey, InodeVerdict>,
-    /// Whether the target had processes at the last look: until it has, it is looked at more
+    /// Whether a look found the target with processes: until one has, it is looked at more
     /// often (see `find_named_inodes_again`).
-    in_processes: bool,
+    had_processes: bool,
     /// Whether the last look found more than it walks, or more than `inode_rules` holds: each
     /// said once, when it starts.
     truncated: bool,
@@ -129,7 +129,7 @@ impl PolicyStore {
                     policy: policy.clone(),
                     cgroup: target.path.clone(),
                     written: StdHashMap::new(),
-                    in_processes: false,
+                    had_processes: false,
                     truncated: false,
                     full: false,
                 },
@@ -142,8 +142,9 @@ impl PolicyStore {
     }
 
     /// Looks for the inodes the policies' rules name again (they are created and linked while
-    /// the policies hold), for every policy or, `starting`, only for the targets that had no
-    /// process at the last look (their first processes' views are the ones that count); returns
+    /// the policies hold), for every policy or, `starting`, only for the targets that have their
+    /// first processes now (their views are the ones that count: a target whose processes come
+    /// and go is not looked at again each time); returns
     /// whether an inode gained a verdict or a stronger one, which opens remembered before it may
     /// not have.
     pub fn find_named_inodes_again(&mut self, starting: bool) -> bool {
@@ -151,7 +152,7 @@ impl PolicyStore {
             .named
             .iter()
             .filter(|(_, record)| {
-                !starting || (!record.in_processes && names::has_processes(&record.cgroup))
+                !starting || (!record.had_processes && names::has_processes(&record.cgroup))
             })
             .map(|(policy_id, _)| *policy_id)
             .collect();
@@ -172,7 +173,7 @@ impl PolicyStore {
         let Some(record) = self.named.get_mut(&policy_id) else {
             return false;
         };
-        let found = names::find(&record.cgroup, policy_id, record.policy.entries());
+        let found = names::find(&record.cgroup, policy_id, &record.policy.entries().names);
         if found.truncated && !record.truncated {
             warn!(
                 policy = %record.policy.name(),
@@ -182,7 +183,7 @@ impl PolicyStore {
             );
         }
         record.truncated = found.truncated;
-        record.in_processes = found.in_processes;
+        record.had_processes |= found.in_processes;
         let map = &mut self.maps.inode_rules;
         let mut gained = false;
         let mut full = false;

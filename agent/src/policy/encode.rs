@@ -102,29 +102,43 @@ fn merge_verdict(into: &mut Verdict, from: Verdict) {
 
 /// Adds a rule's verdict for `perms` to `verdict`.
 fn merge(verdict: &mut PathVerdict, perms: u32, from: Verdict) {
+    for i in (0..PERM_COUNT as usize).filter(|i| perms & (1 << i) != 0) {
+        merge_at(&mut verdict.action, &mut verdict.rule_id, i, from);
+    }
+}
+
+/// Merges `from` into the verdict of permission `i` of per-permission `action` and `rule_id`
+/// arrays (a PathVerdict's or an InodeVerdict's).
+fn merge_at(action: &mut [u32], rule_id: &mut [u32], i: usize, from: Verdict) {
+    let mut current = Verdict {
+        action: action[i],
+        rule_id: rule_id[i],
+    };
+    merge_verdict(&mut current, from);
+    action[i] = current.action;
+    rule_id[i] = current.rule_id;
+}
+
+/// Merges every permission's verdict of arrays `from_action` and `from_rule_id` into `action`
+/// and `rule_id`'s.
+fn merge_each(action: &mut [u32], rule_id: &mut [u32], from_action: &[u32], from_rule_id: &[u32]) {
     for i in 0..PERM_COUNT as usize {
-        if perms & (1 << i) == 0 {
-            continue;
-        }
-        let mut current = Verdict {
-            action: verdict.action[i],
-            rule_id: verdict.rule_id[i],
+        let from = Verdict {
+            action: from_action[i],
+            rule_id: from_rule_id[i],
         };
-        merge_verdict(&mut current, from);
-        verdict.action[i] = current.action;
-        verdict.rule_id[i] = current.rule_id;
+        merge_at(action, rule_id, i, from);
     }
 }
 
 fn merge_verdicts(into: &mut PathVerdict, from: &PathVerdict) {
     into.glob_mask |= from.glob_mask;
-    for i in 0..PERM_COUNT as usize {
-        let verdict = Verdict {
-            action: from.action[i],
-            rule_id: from.rule_id[i],
-        };
-        merge(into, 1 << i, verdict);
-    }
+    merge_each(
+        &mut into.action,
+        &mut into.rule_id,
+        &from.action,
+        &from.rule_id,
+    );
 }
 
 /// Turns what each pattern contributes at its own key into trie entries that also carry every
@@ -152,21 +166,12 @@ fn covering_entries(own: HashMap<Vec<u8>, PathVerdict>) -> Vec<TrieEntry> {
 /// Adds what `from` does to a content to `into`, as rules merge: the stronger action wins, then
 /// the first rule.
 pub fn merge_content(into: &mut InodeVerdict, from: &InodeVerdict) {
-    for i in 0..PERM_COUNT as usize {
-        let mut current = Verdict {
-            action: into.action[i],
-            rule_id: into.rule_id[i],
-        };
-        merge_verdict(
-            &mut current,
-            Verdict {
-                action: from.action[i],
-                rule_id: from.rule_id[i],
-            },
-        );
-        into.action[i] = current.action;
-        into.rule_id[i] = current.rule_id;
-    }
+    merge_each(
+        &mut into.action,
+        &mut into.rule_id,
+        &from.action,
+        &from.rule_id,
+    );
 }
 
 /// What `verdict` does to a file's content (allowances aside), if anything.
