@@ -95,10 +95,13 @@ pub struct WorkloadSample {
     pub unit: String,
 }
 
-/// The kernel's run-time statistics of one program over the microbenchmarks of one state.
+/// The kernel's run-time statistics of one program over one microbenchmark of one state.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HookCost {
     pub state: String,
+    /// Empty in runs that did not tell the microbenchmarks apart: their whole pass.
+    #[serde(default)]
+    pub bench: String,
     pub program: String,
     pub runs: u64,
     pub ns_per_run: f64,

@@ -8,7 +8,7 @@ use std::{cmp::Reverse, collections::BTreeMap, fmt::Write as _, ops::Range, path
 
 use anyhow::Context;
 use palisade_benchmarks::{
-    kernel::{Footprint, KernelRun, STATES, Spread, ThroughputSample, WORKLOAD_STATES},
+    kernel::{Footprint, HookCost, KernelRun, STATES, Spread, ThroughputSample, WORKLOAD_STATES},
     kernel_series, mib, read_json, register_font, report_args,
 };
 use plotters::{
@@ -138,6 +138,35 @@ impl Kernel {
             &self.workload(state, workload),
             &self.workload("S0", workload),
         )
+    }
+
+    /// Each program's runs and time per run over the whole pass of the microbenchmarks of each
+    /// state.
+    fn pass_costs(&self) -> Vec<HookCost> {
+        let hooks = &self.run.hooks;
+        let mut costs = Vec::new();
+        for state in first_seen(hooks.iter().map(|cost| &cost.state)) {
+            for program in first_seen(hooks.iter().map(|cost| &cost.program)) {
+                let of = || {
+                    hooks
+                        .iter()
+                        .filter(|cost| cost.state == state && cost.program == program)
+                };
+                let runs: u64 = of().map(|cost| cost.runs).sum();
+                if runs == 0 {
+                    continue;
+                }
+                let time: f64 = of().map(|cost| cost.ns_per_run * cost.runs as f64).sum();
+                costs.push(HookCost {
+                    state: state.clone(),
+                    bench: String::new(),
+                    program,
+                    runs,
+                    ns_per_run: time / runs as f64,
+                });
+            }
+        }
+        costs
     }
 
     fn clock_note(&self) -> &'static str {
@@ -552,8 +581,9 @@ fn workload_table(kernels: &[Kernel]) -> String {
 }
 
 fn hook_table(kernel: &Kernel) -> String {
-    let states = first_seen(kernel.run.hooks.iter().map(|cost| &cost.state));
-    let programs = first_seen(kernel.run.hooks.iter().map(|cost| &cost.program));
+    let hooks = kernel.pass_costs();
+    let states = first_seen(hooks.iter().map(|cost| &cost.state));
+    let programs = first_seen(hooks.iter().map(|cost| &cost.program));
     if states.is_empty() {
         return String::new();
     }
@@ -566,11 +596,46 @@ fn hook_table(kernel: &Kernel) -> String {
     for program in programs {
         let _ = write!(md, "| {program} |");
         for state in &states {
-            let cell = kernel
-                .run
-                .hooks
+            let cell = hooks
                 .iter()
                 .find(|cost| cost.state == *state && cost.program == program)
+                .map_or("-".into(), |cost| {
+                    format!("{:.0} ({})", cost.ns_per_run, cost.runs)
+                });
+            let _ = write!(md, " {cell} |");
+        }
+        md += "\n";
+    }
+    md + &open_table(kernel, &states)
+}
+
+/// `file_open`'s time per run in each microbenchmark that opens files, by state: in a target,
+/// `open_close` and `open_denied` open one file again and again (the open verdict cache answers
+/// from the second), `open_many` a new one each time (it never does).
+fn open_table(kernel: &Kernel, states: &[String]) -> String {
+    const PROGRAM: &str = "file_open";
+    let hooks = &kernel.run.hooks;
+    let benches = first_seen(
+        hooks
+            .iter()
+            .filter(|cost| cost.program == PROGRAM && !cost.bench.is_empty())
+            .map(|cost| &cost.bench),
+    );
+    if benches.is_empty() {
+        return String::new();
+    }
+    let mut md = format!(
+        "\n`{PROGRAM}` by microbenchmark, Linux {}: ns (instructions) per run, and runs. In a target, `open_close` and `open_denied` open one file again and again (the open verdict cache answers from the second open on: the hit path), `open_many` a new file each time (the miss path).\n\n",
+        kernel.label
+    );
+    let columns: Vec<&str> = states.iter().map(String::as_str).collect();
+    md += &table_head(&["benchmark"], &columns);
+    for bench in benches {
+        let _ = write!(md, "| {bench} |");
+        for state in states {
+            let cell = hooks
+                .iter()
+                .find(|cost| cost.state == *state && cost.bench == bench && cost.program == PROGRAM)
                 .map_or("-".into(), |cost| {
                     format!("{:.0} ({})", cost.ns_per_run, cost.runs)
                 });
@@ -1047,7 +1112,7 @@ fn plot_hooks(path: &Path, kernels: &[Kernel]) -> anyhow::Result<()> {
             kernel.label,
             kernel.clock_note()
         );
-        let hooks = &kernel.run.hooks;
+        let hooks = &kernel.pass_costs();
         let mut top: Vec<_> = hooks.iter().filter(|cost| cost.state == "S4-64").collect();
         top.sort_by_key(|cost| Reverse(cost.runs));
         top.truncate(TOP);

@@ -302,9 +302,10 @@ struct palisade_network_key {
 
 /* Element 0 of the `config` array map. */
 struct palisade_config {
-	__u64 target_levels; /* bit L: some target (or staged one) is a cgroup at level L */
-	/* Bit L: some target (or staged one) at level L has a policy that is not AlwaysAllow. While
-	 * there is none, the programs have nothing to decide. */
+	/* The levels the gate (below) is of, kept here for an agent that adopts the maps: bit L,
+	 * some target (or staged one) is a cgroup at level L; and one at level L has a policy that is
+	 * not AlwaysAllow. */
+	__u64 target_levels;
 	__u64 enforced_levels;
 	__u64 protected_pid; /* the loading process: targets may not signal or trace it */
 	/* Audit events of one rule on one target (one policy id): a token bucket refilled with one
@@ -316,12 +317,18 @@ struct palisade_config {
 	__u32 reserved;
 };
 
-/* The global `gate`: whether `config` has any level in target_levels (targeted) and in
- * enforced_levels (enforced), 1 or 0 each, so that the programs answer "nothing to do" with one
- * load. Its initial value, 1 and 1, sends them to `config`. */
+/* The global `gate`, what the programs read first, with no lookup: in `levels`, the levels of
+ * `config`'s target_levels and, from bit PALISADE_FIRST_LEVEL_SHIFT, the lowest of them (0 if
+ * none): one word, read at once, so that both are of one publication. `enforced`: whether
+ * `config`'s enforced_levels has any (1 or 0). With no level the programs answer "nothing
+ * targeted" with one load, and with enforced 0 "nothing to decide". Its initial value has every
+ * level, from 0, and enforced 1: until the agent publishes the gate, the programs look for
+ * targets at every level. */
+#define PALISADE_FIRST_LEVEL_SHIFT 32
 struct palisade_gate {
-	__u32 targeted;
+	__u64 levels;
 	__u32 enforced;
+	__u32 reserved;
 };
 
 /* Key of the per-CPU `rule_counts` hash map: the decisions one rule of one policy made in one

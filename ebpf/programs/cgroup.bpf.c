@@ -24,11 +24,11 @@ static __always_inline int spares_runtime_setup(const struct palisade_policy *po
 }
 
 /* The nearest target at or above `cgroup`: its id and level. */
-static __always_inline struct palisade_target *target_above(const struct palisade_config *cfg,
-							    struct cgroup *cgroup, __u64 *target_id,
+static __always_inline struct palisade_target *target_above(struct cgroup *cgroup,
+							    __u64 *target_id,
 							    __u32 *target_level)
 {
-	__u64 levels = cfg->target_levels;
+	__u64 levels = levels_of(gate_levels());
 	__u32 depth = BPF_CORE_READ(cgroup, level);
 	struct palisade_target *found = NULL;
 	for (__u32 level = 0; level <= PALISADE_MAX_LEVEL; level++) {
@@ -76,15 +76,11 @@ int GATED_HOOK(nothing_targeted, kernfs_init_security, struct kernfs_node *kn_di
 	if (!parent || BPF_CORE_READ(parent, kn) != kn_dir ||
 	    BPF_CORE_READ(parent, root) != BPF_CORE_READ(task, cgroups, dfl_cgrp, root))
 		return 0;
-	__u32 zero = 0;
-	struct palisade_config *cfg = bpf_map_lookup_elem(&config, &zero);
-	if (!cfg)
-		return 0;
 	__u64 id = BPF_CORE_READ(kn, id);
 	/* The target the parent is in, and whether the task making the cgroup is in it too. */
 	__u64 above_id = 0;
 	__u32 above_level = 0;
-	struct palisade_target *above = target_above(cfg, parent, &above_id, &above_level);
+	struct palisade_target *above = target_above(parent, &above_id, &above_level);
 	int made_inside = above && bpf_get_current_ancestor_cgroup_id(above_level) == above_id;
 	struct palisade_pending_key key = { .parent_id = BPF_CORE_READ(kn_dir, id) };
 	bpf_probe_read_kernel_str(key.name, sizeof(key.name), BPF_CORE_READ(kn, name));

@@ -254,14 +254,30 @@ static __always_inline void stat_inc(__u32 index)
 /*
  * Global data, a one-entry array map the programs address directly: reading it needs no lookup,
  * no null check and no stack. The loader writes this initial value also into a pinned copy it
- * adopts, so an agent restarting sends the programs to `config` until it publishes the gate.
+ * adopts, so that until an agent restarting publishes the gate the programs look for targets at
+ * every level.
  */
-struct palisade_gate gate SEC(".data.gate") = { .targeted = 1, .enforced = 1 };
+struct palisade_gate gate SEC(".data.gate") = {
+	.levels = (1ull << (PALISADE_MAX_LEVEL + 1)) - 1,
+	.enforced = 1,
+};
+
+/* The gate's `levels` word. */
+static __always_inline __u64 gate_levels(void)
+{
+	return *(volatile __u64 *)&gate.levels;
+}
+
+/* The levels where some target (or staged one) sits, of a gate's `levels` word. */
+static __always_inline __u64 levels_of(__u64 word)
+{
+	return word & ((1ull << PALISADE_FIRST_LEVEL_SHIFT) - 1);
+}
 
 /* Whether no cgroup is a target, nor staged to become one. */
 static __always_inline int nothing_targeted(void)
 {
-	return !*(volatile __u32 *)&gate.targeted;
+	return !gate_levels();
 }
 
 /* Whether every target and stage, if any, is in AlwaysAllow: then no hook decides anything. */
@@ -328,25 +344,29 @@ static __always_inline void mark_target(__u64 id)
  * no target below it.
  */
 struct candidate {
-	struct palisade_config *config;
 	__u64 id; /* 0: none, the task is under no target */
 	__u32 level;
 };
 
 /*
  * The id of the current task's deepest candidate at the levels `levels`, 0 if none, and its level
- * into `*level`. One helper call and one load per level where some target sits, none deeper
- * than the task: a task under no target is told so without a hash lookup. Inlined: every hook
- * runs it first, and a call would cost ~20 instructions more.
+ * into `*level`. One helper call and one load per level where some target sits, from the lowest
+ * (`first`: a Kubernetes pod's containers sit at level 4, and no turn is spent above), none
+ * deeper than the task: a task under no target is told so without a hash lookup. Inlined: every
+ * hook runs it first, and a call would cost ~20 instructions more. The loop counts from 0 and
+ * shifts the levels instead of starting at `first`: 6.1's verifier gives up on a loop of an
+ * unknown start.
  */
-static __always_inline __u64 deepest_candidate(__u64 levels, __u32 *level)
+static __always_inline __u64 deepest_candidate(__u64 levels, __u32 first, __u32 *level)
 {
 	__u64 found = 0;
-	for (__u32 at = 0; at <= PALISADE_MAX_LEVEL; at++) {
-		if (!(levels >> at))
+	__u64 from_first = levels >> first;
+	for (__u32 turn = 0; turn <= PALISADE_MAX_LEVEL; turn++) {
+		if (!(from_first >> turn))
 			break; /* no target this deep */
-		if (!((levels >> at) & 1))
+		if (!((from_first >> turn) & 1))
 			continue;
+		__u32 at = first + turn;
 		__u64 id = bpf_get_current_ancestor_cgroup_id(at);
 		if (!id)
 			break; /* the task sits above this level */
@@ -389,13 +409,10 @@ __noinline __u64 target_above_candidate(__u64 levels, __u64 candidate, __u32 *le
 /* Finds the current task's deepest candidate; false when it is under no target. */
 static __always_inline int find_candidate(struct candidate *who)
 {
-	__u32 zero = 0;
-	who->id = 0;
 	who->level = 0; /* written only where a candidate is found */
-	who->config = bpf_map_lookup_elem(&config, &zero);
-	if (!who->config)
-		return 0;
-	who->id = deepest_candidate(who->config->target_levels, &who->level);
+	__u64 levels = gate_levels();
+	who->id = deepest_candidate(levels_of(levels), levels >> PALISADE_FIRST_LEVEL_SHIFT,
+				    &who->level);
 	return who->id != 0;
 }
 
@@ -412,7 +429,7 @@ static __always_inline struct palisade_target *current_target(const struct candi
 	__u32 level = who->level;
 	struct palisade_target *found = bpf_map_lookup_elem(&targets, &id);
 	if (!found) {
-		id = target_above_candidate(who->config->target_levels, who->id, &level);
+		id = target_above_candidate(levels_of(gate_levels()), who->id, &level);
 		if (!id)
 			return NULL;
 		found = bpf_map_lookup_elem(&targets, &id);
@@ -461,7 +478,10 @@ static __always_inline void account_cost(struct subject *subject)
 static __always_inline int find_subject_from(struct subject *subject,
 					      const struct candidate *who)
 {
-	subject->config = who->config;
+	__u32 zero = 0;
+	subject->config = bpf_map_lookup_elem(&config, &zero);
+	if (!subject->config)
+		return 0;
 	subject->target =
 		current_target(who, &subject->target_cgroup_id, &subject->target_level);
 	if (!subject->target)

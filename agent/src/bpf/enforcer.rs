@@ -9,7 +9,7 @@ use std::{
 };
 
 use aya::maps::{Array, MapData, MapError, RingBuf};
-use palisade_common::{Config, Gate};
+use palisade_common::{Config, FIRST_LEVEL_SHIFT, Gate};
 use tracing::{info, warn};
 
 use super::{
@@ -607,13 +607,16 @@ impl Enforcer {
         self.publish_config()
     }
 
-    /// Writes `config`, then the gate that lets the programs read it. Either order is safe: with
-    /// the gate up and no levels in `config` the programs find no target, as with it down.
+    /// Writes `config`, then the gate, its levels as the programs read them. `config` first: it
+    /// is what an agent restarting adopts, the gate being set back to its initial value then.
     fn publish_config(&mut self) -> Result<(), MapError> {
         self.config_map.set(0, self.config, 0)?;
+        let levels = self.config.target_levels;
+        let first = u64::from(levels.trailing_zeros() % 64); // 0 with no level
         let gate = Gate {
-            targeted: (self.config.target_levels != 0).into(),
+            levels: levels | first << FIRST_LEVEL_SHIFT,
             enforced: (self.config.enforced_levels != 0).into(),
+            reserved: 0,
         };
         self.gate.set(0, gate, 0)
     }

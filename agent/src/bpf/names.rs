@@ -23,9 +23,9 @@ use super::layout::inode_key;
 use crate::policy::{NamedPath, merge_content};
 
 /// Mount namespaces of one target looked into, at most.
-const MAX_VIEWS: usize = 8;
+pub const MAX_VIEWS: usize = 8;
 /// Processes of one target looked at, at most, to find its mount namespaces.
-const MAX_PROCESSES: usize = 4096;
+pub const MAX_PROCESSES: usize = 4096;
 /// Directory levels walked below a named directory, at most.
 const MAX_DEPTH: usize = 8;
 /// Entries read, and inodes found, by the walks of one target, at most: a directory that holds
@@ -36,12 +36,14 @@ pub const MAX_READ: usize = 16384;
 const MAX_FOUND: usize = 1024;
 
 /// What one target's policy names: `inode_rules` entries under `policy_id`; whether a walk
-/// stopped at its bounds; whether the target had processes (else the agent's view was used).
+/// stopped at its bounds; the mount namespaces of the target's processes (none: the agent's view
+/// was used), and whether some were not looked into (see `Views`).
 #[derive(Debug, Default, PartialEq)]
 pub struct Named {
     pub inodes: HashMap<InodeRuleKey, InodeVerdict>,
     pub truncated: bool,
-    pub in_processes: bool,
+    pub namespaces: HashSet<PathBuf>,
+    pub partial: bool,
 }
 
 /// The inodes `names` name for the processes in the cgroup at `cgroup` and below. Names that do
@@ -55,9 +57,9 @@ pub fn find(cgroup: &Path, policy_id: u32, names: &[NamedPath]) -> Named {
     // What each named directory holds, by its device and inode: the views of one target (its
     // containers, the pause container) mostly share them.
     let mut walked: HashMap<(u64, u64), Vec<(fs::Metadata, u32)>> = HashMap::new();
-    let (roots, in_processes) = views(cgroup);
-    named.in_processes = in_processes;
-    for root in roots {
+    let views = views(cgroup);
+    named.partial = views.partial;
+    for root in views.roots {
         let mut absent = Absent::default();
         for name in names {
             if absent.holds(&name.path) {
@@ -69,6 +71,7 @@ pub fn find(cgroup: &Path, policy_id: u32, names: &[NamedPath]) -> Named {
                     if err.kind() == io::ErrorKind::NotFound {
                         absent.look_up(&root, &name.path);
                     }
+                    named.partial |= refused(&err);
                     continue;
                 }
             };
@@ -92,8 +95,10 @@ pub fn find(cgroup: &Path, policy_id: u32, names: &[NamedPath]) -> Named {
                             dev: metadata.dev(),
                             budget: &mut budget,
                             found: Vec::new(),
+                            refused: false,
                         };
                         walk.below(&found, 1);
+                        named.partial |= walk.refused;
                         walk.found
                     });
                 for (metadata, kind) in below.iter() {
@@ -103,23 +108,26 @@ pub fn find(cgroup: &Path, policy_id: u32, names: &[NamedPath]) -> Named {
         }
     }
     named.truncated = budget.truncated;
+    named.namespaces = views.namespaces;
     named
 }
 
 /// The directories found missing in one view, so that the names below one cost no lookup each
-/// (10,000 rules under a directory a container does not have), and those found present.
+/// (10,000 rules under a directory a container does not have), and those found present. A name
+/// is the path the kernel resolves (policies refuse `.`, `..` and empty components): one below a
+/// missing directory is missing too.
 #[derive(Default)]
 struct Absent {
-    missing: Vec<PathBuf>,
+    missing: HashSet<PathBuf>,
     present: HashSet<PathBuf>,
 }
 
 impl Absent {
-    /// Whether `path` is below a directory found missing.
+    /// Whether `path` is below a directory found missing, or is one.
     fn holds(&self, path: &str) -> bool {
-        self.missing
-            .iter()
-            .any(|dir| Path::new(path).starts_with(dir))
+        Path::new(path)
+            .ancestors()
+            .any(|dir| self.missing.contains(dir))
     }
 
     /// Notes the highest missing directory above `path`, which is missing in the view of `root`.
@@ -184,6 +192,8 @@ struct Walk<'a> {
     dev: u64,
     budget: &'a mut Budget,
     found: Vec<(fs::Metadata, u32)>,
+    /// Whether a directory could not be read or opened for want of a permission.
+    refused: bool,
 }
 
 impl Walk<'_> {
@@ -191,8 +201,12 @@ impl Walk<'_> {
     /// below `dir`, at `depth`. Each is reached from its parent's descriptor and never through a
     /// symbolic link: a name swapped meanwhile for a link is not followed elsewhere.
     fn below(&mut self, dir: &File, depth: usize) {
-        let Ok(children) = fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) else {
-            return;
+        let children = match fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) {
+            Ok(children) => children,
+            Err(err) => {
+                self.refused |= refused(&err);
+                return;
+            }
         };
         for child in children.filter_map(Result::ok) {
             if self.budget.read == MAX_READ || self.budget.found == MAX_FOUND {
@@ -215,11 +229,11 @@ impl Walk<'_> {
                 continue;
             }
             self.budget.found += 1;
-            if kind == NAMED_DIRECTORY
-                && depth < MAX_DEPTH
-                && let Ok(subdir) = open_child(dir, &child.file_name(), &metadata)
-            {
-                self.below(&subdir, depth + 1);
+            if kind == NAMED_DIRECTORY && depth < MAX_DEPTH {
+                match open_child(dir, &child.file_name(), &metadata) {
+                    Ok(subdir) => self.below(&subdir, depth + 1),
+                    Err(err) => self.refused |= refused(&err),
+                }
             }
             self.found.push((metadata, kind));
         }
@@ -245,41 +259,75 @@ fn open_child(dir: &File, name: &OsStr, metadata: &fs::Metadata) -> io::Result<F
     Ok(subdir)
 }
 
-/// The roots of the mount namespaces of the processes in the cgroup at `cgroup` and below, the
-/// agent's own if there are none; opened (O_PATH). Another user's process needs CAP_SYS_PTRACE.
-/// Also whether there were processes.
-fn views(cgroup: &Path) -> (Vec<File>, bool) {
-    let mut namespaces = HashSet::new();
-    let mut roots = Vec::new();
+/// Where a target's names are looked up.
+struct Views {
+    /// The roots of the mount namespaces of its processes, the agent's own if there are none;
+    /// opened (O_PATH). Another user's process needs CAP_SYS_PTRACE.
+    roots: Vec<File>,
+    /// The mount namespaces of its processes (their /proc/PID/ns/mnt links), those not looked
+    /// into too.
+    namespaces: HashSet<PathBuf>,
+    /// Whether some were not looked into: refused, or beyond MAX_VIEWS or MAX_PROCESSES.
+    partial: bool,
+}
+
+/// The views of the processes in the cgroup at `cgroup` and below.
+fn views(cgroup: &Path) -> Views {
     let pids = processes(cgroup);
-    for &pid in &pids {
-        let Ok(namespace) = fs::read_link(format!("/proc/{pid}/ns/mnt")) else {
-            continue;
+    let mut views = Views {
+        roots: Vec::new(),
+        namespaces: HashSet::new(),
+        partial: pids.len() > MAX_PROCESSES,
+    };
+    for &pid in pids.iter().take(MAX_PROCESSES) {
+        let namespace = match fs::read_link(format!("/proc/{pid}/ns/mnt")) {
+            Ok(namespace) => namespace,
+            Err(err) => {
+                views.partial |= refused(&err);
+                continue;
+            }
         };
-        if !namespaces.insert(namespace) {
+        if views.namespaces.contains(&namespace) {
             continue;
         }
-        if let Ok(root) = open_path(Path::new(&format!("/proc/{pid}/root"))) {
-            roots.push(root);
+        if views.roots.len() == MAX_VIEWS {
+            views.partial = true;
+            views.namespaces.insert(namespace);
+            continue;
         }
-        if roots.len() == MAX_VIEWS {
-            break;
+        match open_path(Path::new(&format!("/proc/{pid}/root"))) {
+            Ok(root) => views.roots.push(root),
+            Err(err) if refused(&err) => views.partial = true,
+            // It has exited: another process of the namespace may be looked into.
+            Err(_) => continue,
         }
+        views.namespaces.insert(namespace);
     }
     // Processes not started yet will see the agent's (files and `palisade run`); those that
     // could not be looked into are not looked for elsewhere.
     if pids.is_empty() {
-        roots.extend(open_path(Path::new("/")));
+        views.roots.extend(open_path(Path::new("/")));
     }
-    (roots, !pids.is_empty())
+    views
 }
 
-/// Whether the cgroup at `cgroup` or one below it has a process.
-pub fn has_processes(cgroup: &Path) -> bool {
-    !processes(cgroup).is_empty()
+/// Whether looking into a process or a directory failed for want of a permission (not for the
+/// process's exit or the directory's removal).
+fn refused(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::PermissionDenied
 }
 
-/// The processes in the cgroup at `cgroup` and below (MAX_PROCESSES at most).
+/// Whether a process in the cgroup at `cgroup` or below is in a mount namespace not among
+/// `namespaces` (a container starting: its view was not looked into yet).
+pub fn new_views(cgroup: &Path, namespaces: &HashSet<PathBuf>) -> bool {
+    processes(cgroup).iter().take(MAX_PROCESSES).any(|pid| {
+        fs::read_link(format!("/proc/{pid}/ns/mnt"))
+            .is_ok_and(|namespace| !namespaces.contains(&namespace))
+    })
+}
+
+/// The processes in the cgroup at `cgroup` and below, one more than MAX_PROCESSES at most (more
+/// than it are too many).
 fn processes(cgroup: &Path) -> Vec<u32> {
     let mut pids = Vec::new();
     let mut dirs = vec![cgroup.to_path_buf()];
@@ -287,8 +335,8 @@ fn processes(cgroup: &Path) -> Vec<u32> {
         if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
             pids.extend(procs.lines().filter_map(|line| line.parse::<u32>().ok()));
         }
-        if pids.len() >= MAX_PROCESSES {
-            pids.truncate(MAX_PROCESSES);
+        if pids.len() > MAX_PROCESSES {
+            pids.truncate(MAX_PROCESSES + 1);
             break;
         }
         if let Ok(children) = fs::read_dir(&dir) {
@@ -409,7 +457,7 @@ mod tests {
         .into();
         // Not the file of one name, nor what the link leads to.
         assert_eq!(found.inodes, expected);
-        assert!(!found.in_processes && !found.truncated);
+        assert!(found.namespaces.is_empty() && !found.truncated && !found.partial);
     }
 
     #[test]
@@ -436,10 +484,11 @@ mod tests {
         let tree = Tree::new("files");
         let deny = on_read(ACTION_DENY, 1);
         let names = [
-            name(tree.path("other-name"), NAMED_FILE, deny),
             name(tree.path("missing/below/file"), NAMED_FILE, deny),
             name(tree.path("missing/below/other"), NAMED_DIRECTORY, deny),
             name(tree.path("named/missing"), NAMED_FILE, deny),
+            // After missing names, beside them.
+            name(tree.path("other-name"), NAMED_FILE, deny),
             // A file named as a directory is not one.
             name(tree.path("named/plain"), NAMED_DIRECTORY, deny),
         ];
@@ -447,6 +496,30 @@ mod tests {
         let expected: HashMap<InodeRuleKey, InodeVerdict> =
             [(tree.key("named/sub/linked", NAMED_FILE), deny)].into();
         assert_eq!(found.inodes, expected);
+    }
+
+    #[test]
+    fn a_target_is_looked_at_in_its_processes_namespaces_and_again_when_one_is_new() {
+        let tree = Tree::new("views");
+        // A cgroup of one process: this test's.
+        let cgroup = tree.0.join("cgroup");
+        fs::create_dir_all(cgroup.join("child")).unwrap();
+        fs::write(
+            cgroup.join("child/cgroup.procs"),
+            format!("{}\n", std::process::id()),
+        )
+        .unwrap();
+        let deny = on_read(ACTION_DENY, 1);
+        let found = find(
+            &cgroup,
+            7,
+            &[name(tree.path("other-name"), NAMED_FILE, deny)],
+        );
+        let own = fs::read_link("/proc/self/ns/mnt").unwrap();
+        assert_eq!(found.namespaces, [own].into());
+        assert_eq!(found.inodes.len(), 1);
+        assert!(!new_views(&cgroup, &found.namespaces));
+        assert!(new_views(&cgroup, &HashSet::new()));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use tracing::warn;
 use super::{
     EnforceError, InstalledPolicy, MapSizes, PolicyRegistry,
     layout::{glob_key, mount_type_key, network_key, socket_key, trie_key},
-    names::{self, MAX_READ},
+    names::{self, MAX_PROCESSES, MAX_READ, MAX_VIEWS},
 };
 use crate::{
     policy::{CompiledPolicy, TrieEntry},
@@ -77,12 +77,13 @@ struct NamedInodes {
     policy: Arc<CompiledPolicy>,
     cgroup: PathBuf,
     written: StdHashMap<InodeRuleKey, InodeVerdict>,
-    /// Whether a look found the target with processes: until one has, it is looked at more
-    /// often (see `find_named_inodes_again`).
-    had_processes: bool,
-    /// Whether the last look found more than it walks, or more than `inode_rules` holds: each
-    /// said once, when it starts.
+    /// The mount namespaces of the target's processes at the last look that found any: a process
+    /// in another has the target looked at again sooner (see `find_named_inodes_again`).
+    namespaces: HashSet<PathBuf>,
+    /// Whether the last look found more than it walks, could not look into every process, or
+    /// found more than `inode_rules` holds: each said once, when it starts.
     truncated: bool,
+    partial: bool,
     full: bool,
 }
 
@@ -129,8 +130,9 @@ impl PolicyStore {
                     policy: policy.clone(),
                     cgroup: target.path.clone(),
                     written: StdHashMap::new(),
-                    had_processes: false,
+                    namespaces: HashSet::new(),
                     truncated: false,
+                    partial: false,
                     full: false,
                 },
             );
@@ -142,18 +144,15 @@ impl PolicyStore {
     }
 
     /// Looks for the inodes the policies' rules name again (they are created and linked while
-    /// the policies hold), for every policy or, `starting`, only for the targets that have their
-    /// first processes now (their views are the ones that count: a target whose processes come
-    /// and go is not looked at again each time); returns
-    /// whether an inode gained a verdict or a stronger one, which opens remembered before it may
-    /// not have.
+    /// the policies hold), for every policy or, `starting`, only for the targets that have a
+    /// process in a mount namespace the last look did not see (a container starting: the pause
+    /// container's view is not its containers'); returns whether an inode gained a verdict or a
+    /// stronger one, which opens remembered before it may not have.
     pub fn find_named_inodes_again(&mut self, starting: bool) -> bool {
         let ids: Vec<u32> = self
             .named
             .iter()
-            .filter(|(_, record)| {
-                !starting || (!record.had_processes && names::has_processes(&record.cgroup))
-            })
+            .filter(|(_, record)| !starting || names::new_views(&record.cgroup, &record.namespaces))
             .map(|(policy_id, _)| *policy_id)
             .collect();
         let mut gained = false;
@@ -182,8 +181,23 @@ impl PolicyStore {
                  directories and linked files: its rules hold for the other names of some only"
             );
         }
+        if found.partial && !record.partial {
+            warn!(
+                policy = %record.policy.name(),
+                cgroup = %record.cgroup.display(),
+                "some of the target's processes or directories were not looked into (no \
+                 CAP_SYS_PTRACE or CAP_DAC_READ_SEARCH, or over {MAX_VIEWS} mount namespaces or \
+                 {MAX_PROCESSES} processes): its rules hold for the other names of what was seen \
+                 only"
+            );
+        }
         record.truncated = found.truncated;
-        record.had_processes |= found.in_processes;
+        record.partial = found.partial;
+        // Kept while the target has no process: its processes coming back in the same namespaces
+        // are no new view.
+        if !found.namespaces.is_empty() {
+            record.namespaces = found.namespaces;
+        }
         let map = &mut self.maps.inode_rules;
         let mut gained = false;
         let mut full = false;

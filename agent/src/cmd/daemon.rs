@@ -143,8 +143,8 @@ pub struct AgentArgs {
         value_parser = clap::value_parser!(u32).range(1..=1 << 20))]
     pub max_targets: u32,
     /// Path entries (one per path of a prefix or exact rule, on each targeted cgroup) that
-    /// policies may hold at once; other rules get a quarter as many. Sizes the kernel's maps
-    /// like --max-targets.
+    /// policies may hold at once; other rules get a quarter as many, the inodes that exact and
+    /// directory rules name as many. Sizes the kernel's maps like --max-targets.
     #[arg(long, value_name = "ENTRIES", default_value_t = MapSizes::default().path_entries,
         value_parser = clap::value_parser!(u32).range(1..=1 << 22))]
     pub max_path_entries: u32,

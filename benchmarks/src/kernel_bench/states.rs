@@ -124,29 +124,41 @@ fn micro_run(
 ) -> anyhow::Result<Vec<MicroSample>> {
     micro::BENCHES
         .iter()
-        .map(|(bench, ops, _)| {
-            let ops = (settings.ops(*ops) / share)
-                .max(1)
-                .next_multiple_of(micro::PHASES);
-            let denied = if state == "S5" { "denied" } else { "allowed" };
-            let cgroup = if state == "S9" {
-                &cgroups.client
-            } else {
-                &cgroups.target
-            };
-            let text = output(&mut bench_command(
-                cgroup,
-                &["micro", bench, &ops.to_string(), denied],
-            )?)?;
-            Ok(MicroSample {
-                state: state.to_owned(),
-                round,
-                bench: (*bench).to_owned(),
-                ops,
-                ns_per_op: text.trim().parse()?,
-            })
-        })
+        .map(|(bench, ops, _)| micro_sample(settings, cgroups, state, round, share, bench, *ops))
         .collect()
+}
+
+/// Runs microbenchmark `bench` of `ops` operations once in the target (S9: outside it), with
+/// `1 / share` of them.
+fn micro_sample(
+    settings: &Settings,
+    cgroups: &Cgroups,
+    state: &str,
+    round: usize,
+    share: u64,
+    bench: &str,
+    ops: u64,
+) -> anyhow::Result<MicroSample> {
+    let ops = (settings.ops(ops) / share)
+        .max(1)
+        .next_multiple_of(micro::PHASES);
+    let denied = if state == "S5" { "denied" } else { "allowed" };
+    let cgroup = if state == "S9" {
+        &cgroups.client
+    } else {
+        &cgroups.target
+    };
+    let text = output(&mut bench_command(
+        cgroup,
+        &["micro", bench, &ops.to_string(), denied],
+    )?)?;
+    Ok(MicroSample {
+        state: state.to_owned(),
+        round,
+        bench: bench.to_owned(),
+        ops,
+        ns_per_op: text.trim().parse()?,
+    })
 }
 
 /// What runs in a state besides the benchmarks: S6's stream of audit events.
@@ -251,8 +263,8 @@ pub fn rounds(settings: &Settings, cgroups: &Cgroups, run: &mut KernelRun) -> an
 }
 
 /// One more round with the kernel's run-time statistics on (they cost a clock read per program
-/// run, so the rounds above run without): each program's runs and time per run over the
-/// microbenchmarks of each state, run with a quarter of their operations (a time per program
+/// run, so the rounds above run without): each program's runs and time per run in each
+/// microbenchmark of each state, run with a quarter of their operations (a time per program
 /// run needs no long runs; the microbenchmarks' 8 allocator phases still all run).
 pub fn hook_costs(
     settings: &Settings,
@@ -263,29 +275,32 @@ pub fn hook_costs(
     let mut agent = None;
     for (state, _) in STATES.iter().filter(|(state, _)| *state != "S0") {
         visit(cgroups, state, &mut agent, || {
-            let before = program_runs();
-            micro_run(settings, cgroups, state, 0, 4)?;
-            let mut by_program: HashMap<String, (u64, Duration)> = HashMap::new();
-            for (id, (name, runs, time)) in program_runs() {
-                let Some((_, runs_before, time_before)) = before.get(&id) else {
-                    continue;
-                };
-                let total = by_program.entry(name).or_default();
-                total.0 += runs - runs_before;
-                total.1 += time - *time_before;
+            for (bench, ops, _) in micro::BENCHES {
+                let before = program_runs();
+                micro_sample(settings, cgroups, state, 0, 4, bench, *ops)?;
+                let mut by_program: HashMap<String, (u64, Duration)> = HashMap::new();
+                for (id, (name, runs, time)) in program_runs() {
+                    let Some((_, runs_before, time_before)) = before.get(&id) else {
+                        continue;
+                    };
+                    let total = by_program.entry(name).or_default();
+                    total.0 += runs - runs_before;
+                    total.1 += time - *time_before;
+                }
+                let mut costs: Vec<HookCost> = by_program
+                    .into_iter()
+                    .filter(|(_, (runs, _))| *runs > 0)
+                    .map(|(program, (runs, time))| HookCost {
+                        state: (*state).to_owned(),
+                        bench: (*bench).to_owned(),
+                        program,
+                        runs,
+                        ns_per_run: time.as_nanos() as f64 / runs as f64,
+                    })
+                    .collect();
+                costs.sort_by(|a, b| a.program.cmp(&b.program));
+                run.hooks.extend(costs);
             }
-            let mut costs: Vec<HookCost> = by_program
-                .into_iter()
-                .filter(|(_, (runs, _))| *runs > 0)
-                .map(|(program, (runs, time))| HookCost {
-                    state: (*state).to_owned(),
-                    program,
-                    runs,
-                    ns_per_run: time.as_nanos() as f64 / runs as f64,
-                })
-                .collect();
-            costs.sort_by(|a, b| a.program.cmp(&b.program));
-            run.hooks.extend(costs);
             Ok(())
         })?;
     }

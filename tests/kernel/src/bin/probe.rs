@@ -25,6 +25,8 @@
 //! probe read-in-mount-ns SOURCE TARGET PATH (in a private mount namespace of its own, with
 //!                                SOURCE bind-mounted on TARGET, reads PATH; prints
 //!                                `setup errno N` when the namespace or the mount fails)
+//! probe read-in-mount-ns-when SOURCE TARGET READY GO PATH (the same, but creates the file READY
+//!                                once SOURCE is mounted, and reads PATH once the file GO exists)
 //! probe read-io-uring PATH       (IORING_OP_OPENAT, run by an io-wq worker thread)
 //! probe dump-core                (raises its core size limit and aborts: the kernel writes a core)
 //! probe acct PATH                (process accounting to PATH: the kernel opens it to append)
@@ -1208,6 +1210,20 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        ["read-in-mount-ns-when", source, target, ready, go, path] => {
+            match bind_in_own_namespace(source, target).and_then(|()| std::fs::write(ready, "")) {
+                Ok(()) => {
+                    while !std::path::Path::new(go).exists() {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    report(open("read", path))
+                }
+                Err(err) => {
+                    println!("setup errno {}", err.raw_os_error().unwrap_or(-1));
+                    ExitCode::FAILURE
+                }
+            }
+        }
         ["read-times", count, path] => {
             report((0..count.parse::<u32>().expect("a count")).try_for_each(|_| open("read", path)))
         }

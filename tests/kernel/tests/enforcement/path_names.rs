@@ -10,7 +10,9 @@
 //! a second mount (the agent finds the inodes the rules name, ebpf/programs/path_match.h).
 
 use palisade_agent::targets::Cgroup;
-use palisade_kernel_tests::{Answer, EPERM, Kernel, deny_read, file, policy, probe, sh};
+use palisade_kernel_tests::{
+    Answer, EPERM, Kernel, answer, deny_read, file, policy, probe, sh, spawn_probe,
+};
 
 #[test]
 fn an_allowed_file_opened_again_is_answered_by_the_cache() {
@@ -271,6 +273,48 @@ fn a_file_written_through_a_hard_link_made_before_the_policy_is_denied() {
         "only writing is denied"
     );
     assert_eq!(probe(None, &["write", link]), Answer::Ok);
+}
+
+#[test]
+fn a_directory_denied_as_a_running_targets_own_mount_namespace_names_it_is_denied_by_its_other_name()
+ {
+    let mut kernel = Kernel::new();
+    sh("rm -rf /tmp/own-view && mkdir -p /tmp/own-view/secret");
+    let other_name = file("/tmp/own-view/mounted/file");
+    let (ready, go) = ("/tmp/own-view/ready", "/tmp/own-view/go");
+    let target = kernel.cgroup(None, "own-view");
+    // In the target's namespace, /tmp/own-view/secret is /tmp/own-view/mounted; in the agent's,
+    // an empty directory: only a look through the running process's root finds what it names.
+    let child = spawn_probe(
+        Some(&target),
+        &[
+            "read-in-mount-ns-when",
+            "/tmp/own-view/mounted",
+            "/tmp/own-view/secret",
+            ready,
+            go,
+            other_name,
+        ],
+    );
+    let started = std::time::Instant::now();
+    while !std::path::Path::new(ready).exists() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the probe never mounted"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    kernel.apply(
+        &target,
+        policy("own-view", &deny_read("/tmp/own-view/secret/")),
+    );
+    std::fs::write(go, "").unwrap();
+    assert_eq!(
+        answer(&child.wait_with_output().unwrap()),
+        EPERM,
+        "the file under its name outside the denied directory"
+    );
+    assert_eq!(probe(None, &["read", other_name]), Answer::Ok);
 }
 
 #[test]
