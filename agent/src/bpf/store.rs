@@ -77,8 +77,8 @@ struct NamedInodes {
     policy: Arc<CompiledPolicy>,
     cgroup: PathBuf,
     written: StdHashMap<InodeRuleKey, InodeVerdict>,
-    /// The mount namespaces of the target's processes at the last look that found any: a process
-    /// in another has the target looked at again sooner (see `find_named_inodes_again`).
+    /// The mount namespaces of the target's processes at the last look that found any: until
+    /// one has, the target is looked at more often (see `find_named_inodes_again`).
     namespaces: HashSet<PathBuf>,
     /// Whether the last look found more than it walks, could not look into every process, or
     /// found more than `inode_rules` holds: each said once, when it starts.
@@ -144,15 +144,18 @@ impl PolicyStore {
     }
 
     /// Looks for the inodes the policies' rules name again (they are created and linked while
-    /// the policies hold), for every policy or, `starting`, only for the targets that have a
-    /// process in a mount namespace the last look did not see (a container starting: the pause
-    /// container's view is not its containers'); returns whether an inode gained a verdict or a
-    /// stronger one, which opens remembered before it may not have.
+    /// the policies hold), for every policy or, `starting`, only for the targets that have their
+    /// first processes now (their views are the ones that count; listing every target's
+    /// processes every 2 s would cost the agent ~4% CPU with 1,000 targeted cgroups); returns
+    /// whether an inode gained a verdict or a stronger one, which opens remembered before it may
+    /// not have.
     pub fn find_named_inodes_again(&mut self, starting: bool) -> bool {
         let ids: Vec<u32> = self
             .named
             .iter()
-            .filter(|(_, record)| !starting || names::new_views(&record.cgroup, &record.namespaces))
+            .filter(|(_, record)| {
+                !starting || (record.namespaces.is_empty() && names::has_processes(&record.cgroup))
+            })
             .map(|(policy_id, _)| *policy_id)
             .collect();
         let mut gained = false;
@@ -193,8 +196,8 @@ impl PolicyStore {
         }
         record.truncated = found.truncated;
         record.partial = found.partial;
-        // Kept while the target has no process: its processes coming back in the same namespaces
-        // are no new view.
+        // Kept while the target has no process: a target whose processes come and go is not
+        // looked at again each time.
         if !found.namespaces.is_empty() {
             record.namespaces = found.namespaces;
         }
