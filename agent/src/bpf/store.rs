@@ -77,9 +77,9 @@ struct NamedInodes {
     policy: Arc<CompiledPolicy>,
     cgroup: PathBuf,
     written: StdHashMap<InodeRuleKey, InodeVerdict>,
-    /// The mount namespaces of the target's processes at the last look that found any: until
-    /// one has, the target is looked at more often (see `find_named_inodes_again`).
-    namespaces: HashSet<PathBuf>,
+    /// Whether a look found the target with processes: until one has, it is looked at more
+    /// often (see `find_named_inodes_again`).
+    had_processes: bool,
     /// Whether the last look found more than it walks, could not look into every process, or
     /// found more than `inode_rules` holds: each said once, when it starts.
     truncated: bool,
@@ -130,7 +130,7 @@ impl PolicyStore {
                     policy: policy.clone(),
                     cgroup: target.path.clone(),
                     written: StdHashMap::new(),
-                    namespaces: HashSet::new(),
+                    had_processes: false,
                     truncated: false,
                     partial: false,
                     full: false,
@@ -154,7 +154,7 @@ impl PolicyStore {
             .named
             .iter()
             .filter(|(_, record)| {
-                !starting || (record.namespaces.is_empty() && names::has_processes(&record.cgroup))
+                !starting || (!record.had_processes && names::has_processes(&record.cgroup))
             })
             .map(|(policy_id, _)| *policy_id)
             .collect();
@@ -196,11 +196,8 @@ impl PolicyStore {
         }
         record.truncated = found.truncated;
         record.partial = found.partial;
-        // Kept while the target has no process: a target whose processes come and go is not
-        // looked at again each time.
-        if !found.namespaces.is_empty() {
-            record.namespaces = found.namespaces;
-        }
+        // Never unset: a target whose processes come and go is not looked at again each time.
+        record.had_processes |= !found.namespaces.is_empty();
         let map = &mut self.maps.inode_rules;
         let mut gained = false;
         let mut full = false;
