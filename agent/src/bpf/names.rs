@@ -36,13 +36,13 @@ pub const MAX_READ: usize = 16384;
 const MAX_FOUND: usize = 1024;
 
 /// What one target's policy names: `inode_rules` entries under `policy_id`; whether a walk
-/// stopped at its bounds; the mount namespaces of the target's processes (none: the agent's view
-/// was used), and whether some were not looked into (see `Views`).
+/// stopped at its bounds; whether the target had processes (else the agent's view was used), and
+/// whether some were not looked into (see `Views`).
 #[derive(Debug, Default, PartialEq)]
 pub struct Named {
     pub inodes: HashMap<InodeRuleKey, InodeVerdict>,
     pub truncated: bool,
-    pub namespaces: HashSet<PathBuf>,
+    pub in_processes: bool,
     pub partial: bool,
 }
 
@@ -108,7 +108,7 @@ pub fn find(cgroup: &Path, policy_id: u32, names: &[NamedPath]) -> Named {
         }
     }
     named.truncated = budget.truncated;
-    named.namespaces = views.namespaces;
+    named.in_processes = !views.namespaces.is_empty();
     named
 }
 
@@ -453,7 +453,7 @@ mod tests {
         .into();
         // Not the file of one name, nor what the link leads to.
         assert_eq!(found.inodes, expected);
-        assert!(found.namespaces.is_empty() && !found.truncated && !found.partial);
+        assert!(!found.in_processes && !found.truncated && !found.partial);
     }
 
     #[test]
@@ -511,8 +511,7 @@ mod tests {
             7,
             &[name(tree.path("other-name"), NAMED_FILE, deny)],
         );
-        let own = fs::read_link("/proc/self/ns/mnt").unwrap();
-        assert_eq!(found.namespaces, [own].into());
+        assert!(found.in_processes);
         assert_eq!(found.inodes.len(), 1);
         assert!(has_processes(&cgroup));
     }

@@ -197,7 +197,7 @@ impl PolicyStore {
         record.truncated = found.truncated;
         record.partial = found.partial;
         // Never unset: a target whose processes come and go is not looked at again each time.
-        record.had_processes |= !found.namespaces.is_empty();
+        record.had_processes |= found.in_processes;
         let map = &mut self.maps.inode_rules;
         let mut gained = false;
         let mut full = false;
