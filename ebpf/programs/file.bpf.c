@@ -40,7 +40,7 @@ static __always_inline int under_another_files_path(__u32 mode, struct dentry *d
 }
 
 SEC("lsm/file_open")
-int TARGET_HOOK(file_open, struct file *file, int ret)
+int INLINE_TARGET_HOOK(file_open, struct file *file, int ret)
 {
 	if (ret)
 		return ret;

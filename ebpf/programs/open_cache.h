@@ -14,11 +14,12 @@
  *   end of each of the kernel's dentry moves (rename, exchange, a directory alias spliced in):
  *   odd while one is under way, when nothing is cached. Its top bit
  *   (PALISADE_OPEN_CACHE_OFF_BIT), which the agent sets, turns the cache off;
- * - the inode (address, number, device), and the mount and dentry it was opened through: another
- *   mount or namespace is another mount, another name another dentry. A new dentry of the inode
- *   (a lookup, a link, a file handle decoded, a new inode's first: lsm/d_instantiate) empties its
+ * - the inode (by its address), and the mount and dentry it was opened through: another mount
+ *   or namespace is another mount, another name another dentry. A new dentry of the inode (a
+ *   lookup, a link, a file handle decoded, a new inode's first: lsm/d_instantiate) empties its
  *   slot, so that a dentry or inode freed and its memory reused for another is not taken for
- *   the old;
+ *   the old: the slot is chosen by the address, and an inode at the address of a freed one
+ *   empties the freed one's slot with its first dentry;
  * - the opener's root (chroot), by the addresses of its mount and dentry: d_path stops at the
  *   root when its walk up from the file meets them, comparing addresses. The rest of the key
  *   fixes that walk (the file's dentry, its parents, the mounts above it and their mount
@@ -40,11 +41,11 @@
  * has: a task under no target is told so before it looks. A verdict of the epoch for another
  * candidate is not replaced: two cgroups opening one file in turns would otherwise each evict
  * the other's.
- * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its number and device: its
- * memory is fixed at load, whatever the targets open. A slot is written under its own sequence
- * (odd while written; a writer that finds it odd or loses the race to make it odd leaves the
- * slot alone), and read twice around the comparison, so that a slot read while written is a
- * miss.
+ * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its address (a hit reads no
+ * field of the inode): its memory is fixed at load, whatever the targets open. A slot is written
+ * under its own sequence (odd while written; a writer that finds it odd or loses the race to
+ * make it odd leaves the slot alone), and read twice around the comparison, so that a slot read
+ * while written is a miss.
  */
 #ifndef PALISADE_OPEN_CACHE_H
 #define PALISADE_OPEN_CACHE_H
@@ -93,10 +94,8 @@ struct open_path {
 struct open_key {
 	__u64 inode; /* in a slot, 0: forgotten (forget_opens) */
 	__u64 candidate; /* the opener's deepest candidate's cgroup id */
-	__u64 ino;
 	__u64 generation;
 	struct open_path path;
-	__u32 dev;
 };
 
 struct open_slot {
@@ -112,22 +111,20 @@ struct open_slot {
 	__u32 tag;
 	__u32 perms; /* PALISADE_PERM_* that need nothing */
 	struct open_key key;
-};
+} __attribute__((aligned(64))); /* slots start on cache lines: a hit writes one */
 
 /* An open's look into the cache, which the decision that follows a miss goes on with. */
 struct open_probe {
-	/* As far as the look read it: the generation, the candidate and the inode's fields. */
+	/* As far as the look read it: the generation, the candidate and the inode's address. */
 	struct open_key key;
 	struct open_slot *slot; /* the inode's; NULL: nothing to remember (a move, the cache off) */
-	__u32 tag; /* tag_of(key) */
+	__u32 tag; /* tag_of the inode */
 	__u32 seen; /* the slot held the tag: the decision is to be remembered */
 	__u32 candidate_level;
 };
 
 _Static_assert(__builtin_offsetof(struct open_slot, hits) == PALISADE_OPEN_SLOT_HITS,
 	       "the agent reads the slots' counts there");
-/* A slot's sequence and count on one cache line, which a hit writes. */
-_Static_assert(sizeof(struct open_slot) % 64 == 0, "slots start on cache lines");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -137,11 +134,20 @@ struct {
 	__type(value, struct open_slot);
 } open_verdicts SEC(".maps");
 
-/* The slot of the inode `ino` on device `dev` (NULL never in practice). The device too: the
- * overlays of containers of one image have inodes of the same numbers. */
-static __always_inline struct open_slot *slot_of(__u64 ino, __u64 dev)
+/*
+ * The inode at `inode` as a number: its distance from the cache's map, both fixed while the
+ * cache is. The verifier turns a pointer into a number only by subtracting another pointer from
+ * it (for a loader with CAP_PERFMON, which LSM programs need): no field of the inode is read.
+ */
+static __always_inline __u64 inode_place(struct inode *inode)
 {
-	__u32 index = ((ino ^ (dev << 32)) * 0x9e3779b97f4a7c15ull) >> (64 - OPEN_SLOT_BITS);
+	return (__u64)inode - (__u64)&open_verdicts;
+}
+
+/* The slot of the inode at `place` (inode_place; NULL never in practice). */
+static __always_inline struct open_slot *slot_of(__u64 place)
+{
+	__u32 index = (place * 0x9e3779b97f4a7c15ull) >> (64 - OPEN_SLOT_BITS);
 	return bpf_map_lookup_elem(&open_verdicts, &index);
 }
 
@@ -182,12 +188,11 @@ static __always_inline int fill_open_path(struct open_path *path, struct task_st
 	return root_sequence(fs) == path->root_sequence;
 }
 
-/* The inode's number, not its address: the verifier allows no arithmetic on a pointer. Never 0,
- * an unwritten slot's tag: the first open of a file whose number is the epoch's would be taken
- * for its second. */
-static __always_inline __u32 tag_of(const struct open_key *key)
+/* Of the inode at `place` in the epoch of `generation`. Never 0, an unwritten slot's tag: the
+ * first open of a file whose place is the epoch's would be taken for its second. */
+static __always_inline __u32 tag_of(__u64 place, __u64 generation)
 {
-	return (key->ino ^ (key->generation >> OPEN_EPOCH_SHIFT)) | 1u << 31;
+	return (place ^ (generation >> OPEN_EPOCH_SHIFT)) | 1u << 31;
 }
 
 static __always_inline int same_path(const struct open_path *a, const struct open_path *b)
@@ -200,8 +205,8 @@ static __always_inline int same_path(const struct open_path *a, const struct ope
 /* The same file (by inode), opener (by candidate) and generation. */
 static __always_inline int same_file(const struct open_key *a, const struct open_key *b)
 {
-	return a->inode == b->inode && a->candidate == b->candidate && a->ino == b->ino &&
-	       a->dev == b->dev && a->generation == b->generation;
+	return a->inode == b->inode && a->candidate == b->candidate &&
+	       a->generation == b->generation;
 }
 
 static __always_inline int same_open(const struct open_key *a, const struct open_key *b)
@@ -249,9 +254,8 @@ static __always_inline int open_needs_nothing(struct open_probe *probe,
 	key->inode = (__u64)inode;
 	key->candidate = who->id;
 	probe->candidate_level = who->level;
-	key->ino = inode->i_ino;
-	key->dev = inode->i_sb->s_dev;
-	struct open_slot *slot = slot_of(key->ino, key->dev);
+	__u64 place = inode_place(inode);
+	struct open_slot *slot = slot_of(place);
 	if (!slot)
 		return 0;
 	probe->slot = slot;
@@ -272,7 +276,7 @@ static __always_inline int open_needs_nothing(struct open_probe *probe,
 	}
 	/* The tag only for a miss. Another candidate's verdict of the epoch is kept: the open is
 	 * then taken for a first one, which only tags. */
-	probe->tag = tag_of(key);
+	probe->tag = tag_of(place, key->generation);
 	probe->seen = slot->tag == probe->tag &&
 		      !(held && slot->key.candidate != key->candidate &&
 			slot->key.generation == key->generation);
@@ -333,7 +337,7 @@ static __always_inline void remember_open(const struct open_probe *probe, __u32 
  * open through the new dentry can start before it is instantiated. */
 static __always_inline void forget_opens(struct inode *inode)
 {
-	struct open_slot *slot = slot_of(inode->i_ino, inode->i_sb->s_dev);
+	struct open_slot *slot = slot_of(inode_place(inode));
 	if (slot && slot->key.inode == (__u64)inode)
 		*(volatile __u64 *)&slot->key.inode = 0;
 }

@@ -306,10 +306,7 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	struct inode *inode = file->f_inode;
 	if (open && !open->slot)
 		open = NULL; /* the cache off, or a move under way */
-	/* The inode's key, as the cache read it if it did. */
-	struct palisade_inode_key file_key =
-		open ? (struct palisade_inode_key){ .ino = open->key.ino, .dev = open->key.dev }
-		     : inode_key(inode);
+	struct palisade_inode_key file_key = inode_key(inode);
 	/* The first open of the file by a target in the epoch only tags the cache's slot. */
 	if (open && !open->seen) {
 		open->slot->tag = open->tag;
