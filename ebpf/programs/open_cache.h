@@ -92,7 +92,7 @@ struct open_path {
 
 /* What an open's decision rests on. */
 struct open_key {
-	__u64 inode; /* in a slot, 0: forgotten (forget_opens) */
+	__u64 inode; /* its place (inode_place); in a slot, 0: forgotten (forget_opens) */
 	__u64 candidate; /* the opener's deepest candidate's cgroup id */
 	__u64 generation;
 	struct open_path path;
@@ -115,7 +115,7 @@ struct open_slot {
 
 /* An open's look into the cache, which the decision that follows a miss goes on with. */
 struct open_probe {
-	/* As far as the look read it: the generation, the candidate and the inode's address. */
+	/* As far as the look read it: the generation, the candidate and the inode's place. */
 	struct open_key key;
 	struct open_slot *slot; /* the inode's; NULL: nothing to remember (a move, the cache off) */
 	__u32 tag; /* tag_of the inode */
@@ -144,7 +144,7 @@ static __always_inline __u64 inode_place(struct inode *inode)
 	return (__u64)inode - (__u64)&open_verdicts;
 }
 
-/* The slot of the inode at `place` (inode_place; NULL never in practice). */
+/* The slot of the inode at `place` (NULL never in practice). */
 static __always_inline struct open_slot *slot_of(__u64 place)
 {
 	__u32 index = (place * 0x9e3779b97f4a7c15ull) >> (64 - OPEN_SLOT_BITS);
@@ -188,11 +188,11 @@ static __always_inline int fill_open_path(struct open_path *path, struct task_st
 	return root_sequence(fs) == path->root_sequence;
 }
 
-/* Of the inode at `place` in the epoch of `generation`. Never 0, an unwritten slot's tag: the
- * first open of a file whose place is the epoch's would be taken for its second. */
-static __always_inline __u32 tag_of(__u64 place, __u64 generation)
+/* Of the key's inode in its epoch. Never 0, an unwritten slot's tag: the first open of a file
+ * whose place is the epoch's would be taken for its second. */
+static __always_inline __u32 tag_of(const struct open_key *key)
 {
-	return (place ^ (generation >> OPEN_EPOCH_SHIFT)) | 1u << 31;
+	return (key->inode ^ (key->generation >> OPEN_EPOCH_SHIFT)) | 1u << 31;
 }
 
 static __always_inline int same_path(const struct open_path *a, const struct open_path *b)
@@ -251,11 +251,10 @@ static __always_inline int open_needs_nothing(struct open_probe *probe,
 	probe->slot = NULL;
 	if (key->generation & (1ull << PALISADE_OPEN_CACHE_OFF_BIT | 1))
 		return 0;
-	key->inode = (__u64)inode;
+	key->inode = inode_place(inode);
 	key->candidate = who->id;
 	probe->candidate_level = who->level;
-	__u64 place = inode_place(inode);
-	struct open_slot *slot = slot_of(place);
+	struct open_slot *slot = slot_of(key->inode);
 	if (!slot)
 		return 0;
 	probe->slot = slot;
@@ -276,7 +275,7 @@ static __always_inline int open_needs_nothing(struct open_probe *probe,
 	}
 	/* The tag only for a miss. Another candidate's verdict of the epoch is kept: the open is
 	 * then taken for a first one, which only tags. */
-	probe->tag = tag_of(place, key->generation);
+	probe->tag = tag_of(key);
 	probe->seen = slot->tag == probe->tag &&
 		      !(held && slot->key.candidate != key->candidate &&
 			slot->key.generation == key->generation);
@@ -337,8 +336,9 @@ static __always_inline void remember_open(const struct open_probe *probe, __u32 
  * open through the new dentry can start before it is instantiated. */
 static __always_inline void forget_opens(struct inode *inode)
 {
-	struct open_slot *slot = slot_of(inode_place(inode));
-	if (slot && slot->key.inode == (__u64)inode)
+	__u64 place = inode_place(inode);
+	struct open_slot *slot = slot_of(place);
+	if (slot && slot->key.inode == place)
 		*(volatile __u64 *)&slot->key.inode = 0;
 }
 
