@@ -246,12 +246,8 @@ fn open_child(dir: &File, name: &OsStr, metadata: &fs::Metadata) -> io::Result<F
     let name = CString::new(name.as_bytes())?;
     let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: a valid directory descriptor and a NUL-terminated name.
-    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel returned a new descriptor that nothing else owns.
-    let subdir = unsafe { File::from_raw_fd(fd) };
+    let subdir =
+        opened_file(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) }.into())?;
     let opened = subdir.metadata()?;
     if (opened.dev(), opened.ino()) != (metadata.dev(), metadata.ino()) {
         return Err(io::Error::other("replaced since it was listed"));
@@ -364,7 +360,7 @@ fn open_in(root: &File, path: &str) -> io::Result<File> {
     how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
     // SAFETY: a valid directory descriptor, a NUL-terminated path and an open_how of its size.
-    let fd = unsafe {
+    opened_file(unsafe {
         libc::syscall(
             libc::SYS_openat2,
             root.as_raw_fd(),
@@ -372,7 +368,11 @@ fn open_in(root: &File, path: &str) -> io::Result<File> {
             &how as *const libc::open_how,
             std::mem::size_of::<libc::open_how>(),
         )
-    };
+    })
+}
+
+/// The file of the descriptor an open system call returned, or its error (`fd` negative).
+fn opened_file(fd: i64) -> io::Result<File> {
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
