@@ -269,7 +269,8 @@ struct Views {
 
 /// The views of the processes in the cgroup at `cgroup` and below.
 fn views(cgroup: &Path) -> Views {
-    let pids = processes(cgroup);
+    // One more than MAX_PROCESSES says there are too many.
+    let pids = processes(cgroup, MAX_PROCESSES + 1);
     let mut views = Views {
         roots: Vec::new(),
         namespaces: HashSet::new(),
@@ -315,20 +316,19 @@ fn refused(err: &io::Error) -> bool {
 
 /// Whether the cgroup at `cgroup` or one below it has a process.
 pub fn has_processes(cgroup: &Path) -> bool {
-    !processes(cgroup).is_empty()
+    !processes(cgroup, 1).is_empty()
 }
 
-/// The processes in the cgroup at `cgroup` and below, one more than MAX_PROCESSES at most (more
-/// than it are too many).
-fn processes(cgroup: &Path) -> Vec<u32> {
+/// The processes in the cgroup at `cgroup` and below, `most` at most.
+fn processes(cgroup: &Path, most: usize) -> Vec<u32> {
     let mut pids = Vec::new();
     let mut dirs = vec![cgroup.to_path_buf()];
     while let Some(dir) = dirs.pop() {
         if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
             pids.extend(procs.lines().filter_map(|line| line.parse::<u32>().ok()));
         }
-        if pids.len() > MAX_PROCESSES {
-            pids.truncate(MAX_PROCESSES + 1);
+        if pids.len() >= most {
+            pids.truncate(most);
             break;
         }
         if let Ok(children) = fs::read_dir(&dir) {
