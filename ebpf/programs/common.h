@@ -234,14 +234,19 @@ static __always_inline struct scratch *scratch_memory(void)
 	return bpf_map_lookup_elem(&scratch_space, &zero);
 }
 
-/* A full barrier: no load or store after it is done before one before it. An exchange (an add
- * whose result is unused is not a barrier on arm64), on the stack so that no cache line bounces
- * between CPUs; its address escapes, so that the compiler keeps it. */
-static __always_inline void full_barrier(void)
+/* A barrier between loads: no load after it is done before one before it. x86 keeps loads in
+ * order (TSO): only the compiler is to be held. Elsewhere an exchange (an add whose result is
+ * unused is not a barrier on arm64), on the stack so that no cache line bounces between CPUs;
+ * its address escapes, so that the compiler keeps it. */
+static __always_inline void load_barrier(void)
 {
+#ifdef __TARGET_ARCH_x86
+	asm volatile("" ::: "memory");
+#else
 	__u64 fence = 0;
 	asm volatile("" ::"r"(&fence) : "memory");
 	__sync_val_compare_and_swap(&fence, 0, 0);
+#endif
 }
 
 static __always_inline void stat_inc(__u32 index)
@@ -366,11 +371,12 @@ struct candidate {
 static __always_inline __u64 deepest_candidate(__u64 levels, __u32 first, __u32 *level)
 {
 	__u64 found = 0;
-	__u64 from_first = levels >> first;
-	for (__u32 turn = 0; turn <= PALISADE_MAX_LEVEL; turn++) {
-		if (!(from_first >> turn))
+	/* Shifted by one a turn: a shift by a register costs the x86 JIT four instructions. */
+	__u64 from_here = levels >> first;
+	for (__u64 turn = 0; turn <= PALISADE_MAX_LEVEL; turn++, from_here >>= 1) {
+		if (!from_here)
 			break; /* no target this deep */
-		if (!((from_first >> turn) & 1))
+		if (!(from_here & 1))
 			continue;
 		__u32 at = first + turn;
 		__u64 id = bpf_get_current_ancestor_cgroup_id(at);

@@ -25,7 +25,7 @@ static __always_inline __u32 access_perms(struct file *file, __u32 mode)
 }
 
 /*
- * Whether a file (of mode `mode`, its path's dentry `dentry`, its inode `inode`) is overlayfs's
+ * Whether `file` (of mode `mode`, its path's dentry `dentry`) is overlayfs's
  * open of the layer's file behind an overlay file, made under the overlay file's path
  * (open_with_fake_path, 6.1): a repeat, for the same task and access, of the open decided a
  * moment before; deciding it again would report it twice. Only such a file has a path that does
@@ -33,10 +33,10 @@ static __always_inline __u32 access_perms(struct file *file, __u32 mode)
  * spares most opens a load). (6.12's backing files carry the layer's own path and are decided
  * by it.)
  */
-static __always_inline int under_another_files_path(__u32 mode, struct dentry *dentry,
-						    struct inode *inode)
+static __always_inline int under_another_files_path(struct file *file, __u32 mode,
+						    struct dentry *dentry)
 {
-	return (mode & FMODE_FAKE_PATH) && dentry->d_inode != inode;
+	return (mode & FMODE_FAKE_PATH) && dentry->d_inode != file->f_inode;
 }
 
 SEC("lsm/file_open")
@@ -53,8 +53,7 @@ int INLINE_TARGET_HOOK(file_open, struct file *file, int ret)
 		return 0;
 	__u32 mode = file->f_mode;
 	struct dentry *dentry = file->f_path.dentry;
-	struct inode *inode = file->f_inode;
-	if (under_another_files_path(mode, dentry, inode))
+	if (under_another_files_path(file, mode, dentry))
 		return 0;
 	/* An exec's open of its program is a read like any (neither test kernel has marked it
 	 * FMODE_EXEC yet, and 6.1 marks uselib's read as it marks an exec's, in f_flags): exec
@@ -63,21 +62,21 @@ int INLINE_TARGET_HOOK(file_open, struct file *file, int ret)
 	if (!perms)
 		return 0;
 	/* The cache first: a hit needs neither the target nor the path. */
-	if (open_needs_nothing(&open, &who, file, dentry, inode, perms))
+	if (open_needs_nothing(&open, &who, file, dentry, perms))
 		return 0;
 	return check_file(file, PALISADE_HOOK_FILE_OPEN, perms, &who, &open);
 }
 
 /*
- * A new dentry of an inode (a lookup, a link, a file handle decoded, a new inode's first): the
- * open verdict cache forgets the inode's open (open_cache.h). Nothing is decided here, and the
- * hook returns nothing: no `ret` to answer, hence not a GATED_HOOK.
+ * A dentry given its inode (a lookup, a link, a creation, a file handle decoded): the open
+ * verdict cache forgets the open through the dentry's address (open_cache.h). Nothing is decided
+ * here, and the hook returns nothing: no `ret` to answer, hence not a GATED_HOOK.
  */
 SEC("lsm/d_instantiate")
 int BPF_PROG(d_instantiate, struct dentry *dentry, struct inode *inode)
 {
-	if (!nothing_targeted() && inode)
-		forget_opens(inode);
+	if (!nothing_targeted())
+		forget_opens(dentry);
 	return 0;
 }
 

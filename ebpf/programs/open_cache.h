@@ -14,12 +14,12 @@
  *   end of each of the kernel's dentry moves (rename, exchange, a directory alias spliced in):
  *   odd while one is under way, when nothing is cached. Its top bit
  *   (PALISADE_OPEN_CACHE_OFF_BIT), which the agent sets, turns the cache off;
- * - the inode (by its address), and the mount and dentry it was opened through: another mount
- *   or namespace is another mount, another name another dentry. A new dentry of the inode (a
- *   lookup, a link, a file handle decoded, a new inode's first: lsm/d_instantiate) empties its
- *   slot, so that a dentry or inode freed and its memory reused for another is not taken for
- *   the old: the slot is chosen by the address, and an inode at the address of a freed one
- *   empties the freed one's slot with its first dentry;
+ * - the dentry (by its address) and the mount it was opened through: another mount or
+ *   namespace is another mount, another name (a hard link) another dentry. A dentry given its
+ *   inode (a lookup, a link, a creation, a file handle decoded: lsm/d_instantiate) empties its
+ *   slot, so that a dentry freed and its memory reused for another, or made negative and given
+ *   another inode, is not taken for the old: the slot is chosen by the address. A positive
+ *   dentry keeps its inode: the dentry fixes the file;
  * - the opener's root (chroot), by the addresses of its mount and dentry: d_path stops at the
  *   root when its walk up from the file meets them, comparing addresses. The rest of the key
  *   fixes that walk (the file's dentry, its parents, the mounts above it and their mount
@@ -34,15 +34,15 @@
  *   a freed one was is never taken for it.
  * A slot older than OPEN_SLOT_LIFETIME jiffies is not used either: it bounds how long a change
  * the agent failed to mark with a new epoch goes unseen.
- * A decision is remembered only for an open that finds its inode's slot tagged with its inode
+ * A decision is remembered only for an open that finds its dentry's slot tagged with its dentry
  * and epoch (`tag`): the first open of a file by a target in an epoch only leaves the tag. Most
  * files a program opens it opens once; those pay neither the key's path nor the slot's write,
  * and evict no other file's verdict. The tag leaves the opener out, whose candidate every look
  * has: a task under no target is told so before it looks. A verdict of the epoch for another
  * candidate is not replaced: two cgroups opening one file in turns would otherwise each evict
  * the other's.
- * The cache is an array of OPEN_SLOTS slots, each inode's chosen by its address (a hit reads no
- * field of the inode): its memory is fixed at load, whatever the targets open. A slot is written
+ * The cache is an array of OPEN_SLOTS slots, each dentry's chosen by its address (a hit reads no
+ * field of the dentry): its memory is fixed at load, whatever the targets open. A slot is written
  * under its own sequence (odd while written; a writer that finds it odd or loses the race to
  * make it odd leaves the slot alone), and read twice around the comparison, so that a slot read
  * while written is a miss.
@@ -80,7 +80,6 @@ struct {
  * Kernel pointers are compared, never followed. */
 struct open_path {
 	__u64 file_mnt;
-	__u64 file_dentry;
 	__u64 root_mnt;
 	__u64 root_dentry;
 	__u64 mount_ns; /* the opener's mount namespace */
@@ -92,7 +91,7 @@ struct open_path {
 
 /* What an open's decision rests on. */
 struct open_key {
-	__u64 inode; /* its place (inode_place); in a slot, 0: forgotten (forget_opens) */
+	__u64 dentry; /* its place (dentry_place); in a slot, 0: forgotten (forget_opens) */
 	__u64 candidate; /* the opener's deepest candidate's cgroup id */
 	__u64 generation;
 	struct open_path path;
@@ -105,9 +104,9 @@ struct open_slot {
 	 * hit writes already, unlike a counter of its own. */
 	__u64 hits;
 	__u64 written; /* jiffies */
-	/* The tag (tag_of) of the inode in the epoch of the last target's open that did not find
+	/* The tag (tag_of) of the dentry in the epoch of the last target's open that did not find
 	 * it: a hint, written with a plain store, next to what every open reads first. Another
-	 * inode's tag that is equal costs only a decision remembered. */
+	 * dentry's tag that is equal costs only a decision remembered. */
 	__u32 tag;
 	__u32 perms; /* PALISADE_PERM_* that need nothing */
 	struct open_key key;
@@ -115,10 +114,10 @@ struct open_slot {
 
 /* An open's look into the cache, which the decision that follows a miss goes on with. */
 struct open_probe {
-	/* As far as the look read it: the generation, the candidate and the inode's place. */
+	/* As far as the look read it: the generation, the candidate and the dentry's place. */
 	struct open_key key;
-	struct open_slot *slot; /* the inode's; NULL: nothing to remember (a move, the cache off) */
-	__u32 tag; /* tag_of the inode */
+	struct open_slot *slot; /* the dentry's; NULL: nothing to remember (a move, the cache off) */
+	__u32 tag; /* tag_of the dentry */
 	__u32 seen; /* the slot held the tag: the decision is to be remembered */
 	__u32 candidate_level;
 };
@@ -135,16 +134,16 @@ struct {
 } open_verdicts SEC(".maps");
 
 /*
- * The inode at `inode` as a number: its distance from the cache's map, both fixed while the
+ * The dentry at `dentry` as a number: its distance from the cache's map, both fixed while the
  * cache is. The verifier turns a pointer into a number only by subtracting another pointer from
- * it (for a loader with CAP_PERFMON, which LSM programs need): no field of the inode is read.
+ * it (for a loader with CAP_PERFMON, which LSM programs need): no field of the dentry is read.
  */
-static __always_inline __u64 inode_place(struct inode *inode)
+static __always_inline __u64 dentry_place(struct dentry *dentry)
 {
-	return (__u64)inode - (__u64)&open_verdicts;
+	return (__u64)dentry - (__u64)&open_verdicts;
 }
 
-/* The slot of the inode at `place` (NULL never in practice). */
+/* The slot of the dentry at `place` (NULL never in practice). */
 static __always_inline struct open_slot *slot_of(__u64 place)
 {
 	__u32 index = (place * 0x9e3779b97f4a7c15ull) >> (64 - OPEN_SLOT_BITS);
@@ -161,51 +160,47 @@ static __always_inline __u32 root_sequence(struct fs_struct *fs)
 }
 
 /*
- * Fills `path`, where the current task `task`'s open of `file` (through `dentry`) stands, before
- * the path is resolved (a mount that starts later changes the count the slot is stored under);
+ * Fills `path`, where the current task `task`'s open of `file` stands, before the path is
+ * resolved (a mount that starts later changes the count the slot is stored under);
  * false while the task's root is changing, for a task without namespaces (one exiting), and in
  * a mount namespace whose tree never changed.
  */
 static __always_inline int fill_open_path(struct open_path *path, struct task_struct *task,
-					  struct file *file, struct dentry *dentry)
+					  struct file *file)
 {
+	/* Without namespaces, the loads through NULL read 0: no event number. */
 	struct mnt_namespace *ns = task->nsproxy->mnt_ns;
-	if (!ns)
-		return 0;
 	path->mount_ns = (__u64)ns;
 	path->mount_events = *(volatile __u64 *)&ns->event;
-	if (!path->mount_events)
-		return 0;
 	struct fs_struct *fs = task->fs;
 	path->root_sequence = root_sequence(fs);
 	if (path->root_sequence & 1)
 		return 0;
 	path->file_mnt = (__u64)file->f_path.mnt;
-	path->file_dentry = (__u64)dentry;
 	path->root_mnt = (__u64)fs->root.mnt;
 	path->root_dentry = (__u64)fs->root.dentry;
-	/* The root read whole. */
-	return root_sequence(fs) == path->root_sequence;
+	/* The root read whole, in a namespace whose tree changed. */
+	return path->mount_events && root_sequence(fs) == path->root_sequence;
 }
 
-/* Of the key's inode in its epoch. Never 0, an unwritten slot's tag: the first open of a file
+/* Of the key's dentry in its epoch. Never 0, an unwritten slot's tag: the first open of a file
  * whose place is the epoch's would be taken for its second. */
 static __always_inline __u32 tag_of(const struct open_key *key)
 {
-	return (key->inode ^ (key->generation >> OPEN_EPOCH_SHIFT)) | 1u << 31;
+	return (key->dentry ^ (key->generation >> OPEN_EPOCH_SHIFT)) | 1u << 31;
 }
 
 static __always_inline int same_path(const struct open_path *a, const struct open_path *b)
 {
-	return a->file_mnt == b->file_mnt && a->file_dentry == b->file_dentry &&
-	       a->root_mnt == b->root_mnt && a->root_dentry == b->root_dentry &&
+	return a->file_mnt == b->file_mnt && a->root_mnt == b->root_mnt &&
+	       a->root_dentry == b->root_dentry &&
 	       a->mount_ns == b->mount_ns && a->mount_events == b->mount_events;
 }
 
-/* The same file (by inode), opener (by candidate) and generation. */
+/* The same file (by dentry), opener (by candidate) and generation. */
 static __always_inline int same_file(const struct open_key *a, const struct open_key *b)
 {
-	return a->inode == b->inode && a->candidate == b->candidate &&
+	return a->dentry == b->dentry && a->candidate == b->candidate &&
 	       a->generation == b->generation;
 }
 
@@ -214,19 +209,27 @@ static __always_inline int same_open(const struct open_key *a, const struct open
 	return same_file(a, b) && same_path(&a->path, &b->path);
 }
 
-/* An atomic read, ordered before and after on every architecture. Of an add: the compiler makes
- * an add of a constant 0 an `or`, which x86 compiles to a compare-and-exchange loop. */
+/* A read ordered before and after on every architecture. On x86, which keeps loads in order,
+ * a load the compiler keeps in place; elsewhere an atomic add of 0 (kept an add: the compiler
+ * makes an add of a constant 0 an `or`). */
 static __always_inline __u64 ordered_read(__u64 *value)
 {
+#ifdef __TARGET_ARCH_x86
+	asm volatile("" ::: "memory");
+	__u64 read = *(volatile __u64 *)value;
+	asm volatile("" ::: "memory");
+	return read;
+#else
 	__u64 zero = 0;
 	asm volatile("" : "+r"(zero));
 	return __sync_fetch_and_add(value, zero);
+#endif
 }
 
 /*
  * Starts an open's look into the cache: reads the cache's generation, before anything else the
- * open reads. A full barrier follows: what the open reads next (its candidate, the decision a
- * miss makes) is what the agent published at that epoch or later.
+ * open reads. A barrier follows: what the open reads next (its candidate, the decision a miss
+ * makes) is what the agent published at that epoch or later.
  */
 static __always_inline void start_open_probe(struct open_probe *probe)
 {
@@ -234,50 +237,45 @@ static __always_inline void start_open_probe(struct open_probe *probe)
 	__u64 *generation = bpf_map_lookup_elem(&open_generation, &zero);
 	/* No generation is as good as a move under way. */
 	probe->key.generation = generation ? *(volatile __u64 *)generation : 1;
-	full_barrier();
+	load_barrier();
 }
 
 /*
  * Whether the cache says the current task's open (the task of deepest candidate `who`) of `file`
- * (through `dentry`, of `inode`) needs nothing for `perms`, the look started. Fills `probe` on
- * the way, for the decision that follows a miss, which reads the key's path afresh.
+ * (through `dentry`) needs nothing for `perms`, the look started. Fills `probe` on the way, for
+ * the decision that follows a miss, which reads the key's path afresh.
  */
 static __always_inline int open_needs_nothing(struct open_probe *probe,
 					      const struct candidate *who, struct file *file,
-					      struct dentry *dentry, struct inode *inode,
-					      __u32 perms)
+					      struct dentry *dentry, __u32 perms)
 {
 	struct open_key *key = &probe->key;
 	probe->slot = NULL;
 	if (key->generation & (1ull << PALISADE_OPEN_CACHE_OFF_BIT | 1))
 		return 0;
-	key->inode = inode_place(inode);
+	key->dentry = dentry_place(dentry);
 	key->candidate = who->id;
 	probe->candidate_level = who->level;
-	struct open_slot *slot = slot_of(key->inode);
+	struct open_slot *slot = slot_of(key->dentry);
 	if (!slot)
 		return 0;
 	probe->slot = slot;
-	int held = slot->key.inode == key->inode;
-	if (held && slot->key.candidate == key->candidate) {
-		/* A local copy, never stored: its fields are compared as they are read. */
-		struct open_path path;
-		__u64 sequence = ordered_read(&slot->sequence);
-		if (!(sequence & 1) && (slot->perms & perms) == perms &&
-		    fill_open_path(&path, bpf_get_current_task_btf(), file, dentry) &&
-		    same_file(&slot->key, key) &&
-		    same_path(&slot->key.path, &path) &&
-		    bpf_jiffies64() - slot->written < OPEN_SLOT_LIFETIME &&
-		    ordered_read(&slot->sequence) == sequence) {
-			__sync_fetch_and_add(&slot->hits, 1);
-			return 1;
-		}
+	/* A local copy, never stored: its fields are compared as they are read. */
+	struct open_path path;
+	__u64 sequence = ordered_read(&slot->sequence);
+	if (!(sequence & 1) && same_file(&slot->key, key) && (slot->perms & perms) == perms &&
+	    fill_open_path(&path, bpf_get_current_task_btf(), file) &&
+	    same_path(&slot->key.path, &path) &&
+	    bpf_jiffies64() - slot->written < OPEN_SLOT_LIFETIME &&
+	    ordered_read(&slot->sequence) == sequence) {
+		__sync_fetch_and_add(&slot->hits, 1);
+		return 1;
 	}
 	/* The tag only for a miss. Another candidate's verdict of the epoch is kept: the open is
 	 * then taken for a first one, which only tags. */
 	probe->tag = tag_of(key);
 	probe->seen = slot->tag == probe->tag &&
-		      !(held && slot->key.candidate != key->candidate &&
+		      !(slot->key.dentry == key->dentry && slot->key.candidate != key->candidate &&
 			slot->key.generation == key->generation);
 	return 0;
 }
@@ -331,15 +329,16 @@ static __always_inline void remember_open(const struct open_probe *probe, __u32 
 	__sync_val_compare_and_swap(&slot->sequence, sequence + 1, sequence + 2);
 }
 
-/* A new dentry of `inode`: its slot, if it holds one of the inode's opens, names a dentry that
- * may be gone, whose memory the new one may reuse under another name. A plain store suffices: no
- * open through the new dentry can start before it is instantiated. */
-static __always_inline void forget_opens(struct inode *inode)
+/* `dentry` given an inode: its slot, if it holds an open through the dentry's address, holds
+ * one through a dentry that may be gone, whose memory this one reuses, or through this one
+ * before it lost its inode. A plain store suffices: no open through the dentry can start before
+ * it is instantiated. */
+static __always_inline void forget_opens(struct dentry *dentry)
 {
-	__u64 place = inode_place(inode);
+	__u64 place = dentry_place(dentry);
 	struct open_slot *slot = slot_of(place);
-	if (slot && slot->key.inode == place)
-		*(volatile __u64 *)&slot->key.inode = 0;
+	if (slot && slot->key.dentry == place)
+		*(volatile __u64 *)&slot->key.dentry = 0;
 }
 
 #endif

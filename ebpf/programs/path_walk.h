@@ -314,11 +314,11 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	}
 	/* The path part of the cache's key before anything is decided on the file (a rename that
 	 * moves it afterwards, into a protected directory say, the generation read before tells).
-	 * A full barrier after it: the file's parent is read later on arm64 too. */
+	 * A barrier after it: the file's parent is read later on arm64 too. */
 	int cacheable =
-		open && fill_open_path(&open->key.path, bpf_get_current_task_btf(), file, dentry);
+		open && fill_open_path(&open->key.path, bpf_get_current_task_btf(), file);
 	if (cacheable)
-		full_barrier();
+		load_barrier();
 	/* What needs no path first: then the path is resolved for path rules, to report, or to
 	 * model. */
 	struct palisade_verdict by_file = {};
