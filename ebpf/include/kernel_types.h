@@ -209,6 +209,7 @@ struct task_struct {
 #define S_ISGID 0002000
 #define FS_REQUIRES_DEV 1
 #define BPF_FS_MAGIC 0xcafe4a11
+#define REISERFS_SUPER_MAGIC 0x52654973
 #define KERNFS_TYPE_MASK 0x000f
 #define KERNFS_DIR 0x0001
 #define NAME_MAX 255

@@ -280,6 +280,19 @@ static __always_inline int open_needs_nothing(struct open_probe *probe,
 	return 0;
 }
 
+/*
+ * Whether an open of a file on `sb` may be remembered. Not on reiserfs: it keeps its extended
+ * attributes in files of private inodes (S_PRIVATE) on the mounted file system itself, and the
+ * kernel skips lsm/d_instantiate for private inodes. A dentry freed and its memory reused for one
+ * of them would keep the slot of the file it was, and an open by handle (open_by_handle_at)
+ * through the same mount would be answered from it. Every other private inode is on an internal
+ * mount, or on none, which no slot holds.
+ */
+static __always_inline int may_remember_opens_on(struct super_block *sb)
+{
+	return sb->s_magic != REISERFS_SUPER_MAGIC;
+}
+
 static __always_inline __u64 real_mount(__u64 vfsmnt)
 {
 	return vfsmnt - bpf_core_field_offset(struct mount, mnt);

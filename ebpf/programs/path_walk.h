@@ -315,8 +315,8 @@ static __always_inline int check_file(struct file *file, __u32 hook, __u32 perms
 	/* The path part of the cache's key before anything is decided on the file (a rename that
 	 * moves it afterwards, into a protected directory say, the generation read before tells).
 	 * A barrier after it: the file's parent is read later on arm64 too. */
-	int cacheable =
-		open && fill_open_path(&open->key.path, bpf_get_current_task_btf(), file);
+	int cacheable = open && may_remember_opens_on(inode->i_sb) &&
+			fill_open_path(&open->key.path, bpf_get_current_task_btf(), file);
 	if (cacheable)
 		load_barrier();
 	/* What needs no path first: then the path is resolved for path rules, to report, or to
