@@ -209,21 +209,13 @@ static __always_inline int same_open(const struct open_key *a, const struct open
 	return same_file(a, b) && same_path(&a->path, &b->path);
 }
 
-/* A read ordered before and after on every architecture. On x86, which keeps loads in order,
- * a load the compiler keeps in place; elsewhere an atomic add of 0 (kept an add: the compiler
- * makes an add of a constant 0 an `or`). */
+/* A read ordered before and after: on x86 (which keeps loads in order) a plain load. */
 static __always_inline __u64 ordered_read(__u64 *value)
 {
-#ifdef __TARGET_ARCH_x86
-	asm volatile("" ::: "memory");
+	load_barrier();
 	__u64 read = *(volatile __u64 *)value;
-	asm volatile("" ::: "memory");
+	load_barrier();
 	return read;
-#else
-	__u64 zero = 0;
-	asm volatile("" : "+r"(zero));
-	return __sync_fetch_and_add(value, zero);
-#endif
 }
 
 /*
