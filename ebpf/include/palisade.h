@@ -30,9 +30,22 @@ typedef uint64_t __u64;
 #define PALISADE_MAX_LEVEL 15
 _Static_assert((PALISADE_MAX_LEVEL & (PALISADE_MAX_LEVEL + 1)) == 0 && PALISADE_MAX_LEVEL < 64,
 	       "a mask of the levels below 64 (the bits of target_levels)");
-/* Words of 64 bits of the target filter (`target_filter`, common.h): one bit per cgroup id
- * modulo 262,144. */
-#define PALISADE_TARGET_FILTER_WORDS 4096
+/*
+ * The value of the `fast_path` map (common.h), what hooks read before they know whether the task
+ * is a target, found by one lookup; byte offsets, for the agent's mapping of it:
+ * - the open verdict cache's generation (a __u64, open_cache.h), alone on its cache line: every
+ *   dentry move writes it;
+ * - the target filter: a byte per cgroup id modulo PALISADE_TARGET_FILTER_CGROUPS (a byte, not
+ *   a bit: testing a bit costs a shift by a register, four x86 instructions);
+ * - the open verdict cache's PALISADE_OPEN_SLOTS slots of PALISADE_OPEN_SLOT_SIZE bytes.
+ */
+#define PALISADE_FAST_PATH_OPEN_GENERATION 0
+#define PALISADE_FAST_PATH_TARGET_FILTER 64
+#define PALISADE_TARGET_FILTER_CGROUPS 32768
+#define PALISADE_FAST_PATH_OPEN_SLOTS                                                              \
+	(PALISADE_FAST_PATH_TARGET_FILTER + PALISADE_TARGET_FILTER_CGROUPS)
+#define PALISADE_OPEN_SLOT_SIZE 128
+#define PALISADE_OPEN_SLOTS 16384
 
 /* Permissions, one bit each: bit i is index i of the per-permission arrays below. */
 #define PALISADE_PERM_READ (1u << 0)
@@ -111,7 +124,7 @@ _Static_assert((PALISADE_MAX_LEVEL & (PALISADE_MAX_LEVEL + 1)) == 0 && PALISADE_
 #define PALISADE_STAT_EVENTS_REPEATED 6
 #define PALISADE_STAT_COUNT 7
 
-/* Where a slot of `open_verdicts` (open_cache.h) counts the opens it answered: a byte offset. */
+/* Where an open verdict cache's slot (open_cache.h) counts the opens it answered: a byte offset. */
 #define PALISADE_OPEN_SLOT_HITS 8
 /* The bit of the open verdict cache's generation (open_cache.h) that turns the cache off: no open
  * is answered from it or remembered in it. The agent sets it where the kernel's dentry moves
@@ -317,14 +330,15 @@ struct palisade_config {
 	__u32 reserved;
 };
 
-/* The global `gate`, what the programs read first, with no lookup: in `levels`, the levels of
- * `config`'s target_levels and, from bit PALISADE_FIRST_LEVEL_SHIFT, the lowest of them (0 if
- * none): one word, read at once, so that both are of one publication. `enforced`: whether
+/* The global `gate`, what the programs read first, with no lookup: in `levels`, the lowest level
+ * of `config`'s target_levels (0 if none) and, from bit PALISADE_LEVELS_SHIFT, its levels
+ * shifted down by that lowest (a shift by a register costs the x86 JIT four instructions): one
+ * word, read at once, so that both are of one publication. `enforced`: whether
  * `config`'s enforced_levels has any (1 or 0). With no level the programs answer "nothing
  * targeted" with one load, and with enforced 0 "nothing to decide". Its initial value has every
  * level, from 0, and enforced 1: until the agent publishes the gate, the programs look for
  * targets at every level. */
-#define PALISADE_FIRST_LEVEL_SHIFT 32
+#define PALISADE_LEVELS_SHIFT 32
 struct palisade_gate {
 	__u64 levels;
 	__u32 enforced;

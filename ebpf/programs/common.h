@@ -29,21 +29,44 @@ struct {
 } targets SEC(".maps");
 
 /*
- * Cgroups that may be targets: the bit of every cgroup in `targets` (its id modulo the filter's
- * bits: ids are mostly consecutive, and spread evenly) is set before its entry is added, by the
- * agent or by kernfs_init_security arming a staged cgroup. A clear bit answers "not a target"
- * with one load, where `targets` would hash the id. The bit of a cgroup no longer a target stays
- * set, costing a lookup, until the agent rebuilds the filter while nothing is staged (no program
- * sets a bit then). The agent writes it through a mapping, with atomic operations as the
- * programs do.
+ * What hooks read before they know whether the task is a target, in the one value of one map
+ * (palisade.h: its layout), so that one lookup finds all of it:
+ * - `target_filter`: the cgroups that may be targets. The byte of every cgroup in `targets` (its
+ *   id modulo the filter's size: ids are mostly consecutive, and spread evenly) is set before
+ *   its entry is added, by the agent or by kernfs_init_security arming a staged cgroup. A clear
+ *   byte answers "not a target" with one load, where `targets` would hash the id. The byte of a
+ *   cgroup no longer a target stays set, costing a lookup, until the agent rebuilds the filter
+ *   while nothing is staged (no program sets a byte then);
+ * - the open verdict cache's generation and slots (open_cache.h), which file_open reads next.
+ *   Besides its top bit (PALISADE_OPEN_CACHE_OFF_BIT), the generation only grows, by atomic
+ *   adds, so that a slot's never comes back.
+ * The agent writes it through a mapping, with atomic operations as the programs do. A map, not
+ * global data: the loader writes a global's initial value also into a pinned copy it adopts.
  */
+#define OPEN_SLOT_BITS 14
+#define OPEN_SLOTS (1u << OPEN_SLOT_BITS)
+struct fast_path {
+	__u64 open_generation __attribute__((aligned(64)));
+	__u8 target_filter[PALISADE_TARGET_FILTER_CGROUPS] __attribute__((aligned(64)));
+	/* struct open_slot (open_cache.h) */
+	__u8 open_slots[OPEN_SLOTS][PALISADE_OPEN_SLOT_SIZE] __attribute__((aligned(64)));
+};
+_Static_assert(__builtin_offsetof(struct fast_path, open_generation) ==
+		       PALISADE_FAST_PATH_OPEN_GENERATION &&
+		       __builtin_offsetof(struct fast_path, target_filter) ==
+			       PALISADE_FAST_PATH_TARGET_FILTER &&
+		       __builtin_offsetof(struct fast_path, open_slots) ==
+			       PALISADE_FAST_PATH_OPEN_SLOTS &&
+		       OPEN_SLOTS == PALISADE_OPEN_SLOTS,
+	       "the agent maps the fast path by palisade.h's offsets");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, PALISADE_TARGET_FILTER_WORDS);
+	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
-} target_filter SEC(".maps");
+	__type(value, struct fast_path);
+} fast_path SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -263,7 +286,7 @@ static __always_inline void stat_inc(__u32 index)
  * every level.
  */
 struct palisade_gate gate SEC(".data.gate") = {
-	.levels = (1ull << (PALISADE_MAX_LEVEL + 1)) - 1,
+	.levels = ((1ull << (PALISADE_MAX_LEVEL + 1)) - 1) << PALISADE_LEVELS_SHIFT, /* from 0 */
 	.enforced = 1,
 };
 
@@ -273,10 +296,23 @@ static __always_inline __u64 gate_levels(void)
 	return *(volatile __u64 *)&gate.levels;
 }
 
+/* The lowest level where some target (or staged one) sits, of a gate's `levels` word. */
+static __always_inline __u32 first_level(__u64 word)
+{
+	return word; /* the low half */
+}
+
+/* The levels where some target (or staged one) sits, from the lowest, of a gate's `levels`
+ * word: bit 0 is first_level's. */
+static __always_inline __u64 levels_from_first(__u64 word)
+{
+	return word >> PALISADE_LEVELS_SHIFT;
+}
+
 /* The levels where some target (or staged one) sits, of a gate's `levels` word. */
 static __always_inline __u64 levels_of(__u64 word)
 {
-	return word & ((1ull << PALISADE_FIRST_LEVEL_SHIFT) - 1);
+	return levels_from_first(word) << first_level(word);
 }
 
 /* Whether no cgroup is a target, nor staged to become one. */
@@ -325,27 +361,39 @@ static __always_inline int nothing_enforced(void)
 #define INLINE_TARGET_HOOK(name, args...)                                                          \
 	GATED_HOOK(nothing_enforced, __always_inline, name, ##args)
 
-/* The word of the target filter holding cgroup `id`'s bit (NULL never in practice). */
-static __always_inline __u64 *filter_word(__u64 id)
+/* The fast path's value (NULL never in practice). */
+static __always_inline struct fast_path *fast_path_value(void)
 {
-	__u32 word = (id / 64) % PALISADE_TARGET_FILTER_WORDS;
-	return bpf_map_lookup_elem(&target_filter, &word);
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&fast_path, &zero);
 }
 
-/* Whether cgroup `id` may be a target: false only for one that is not. */
-static __always_inline int may_be_target(__u64 id)
+/* The target filter's byte of cgroup `id`. */
+static __always_inline __u8 *filter_byte(struct fast_path *fast, __u64 id)
 {
-	__u64 *word = filter_word(id);
-	return !word || (*word >> (id % 64)) & 1;
+	return &fast->target_filter[id % PALISADE_TARGET_FILTER_CGROUPS];
 }
 
-/* Lets cgroup `id` be a target, before its entry is added. An atomic `or` is not ordered on
- * arm64, and need not be: the entry's insertion that follows publishes with a release. */
+/* Whether cgroup `id` may be a target, by the filter in `fast` (the fast path's value, NULL to
+ * look it up): false only for one that is not. */
+static __always_inline int may_be_target(struct fast_path *fast, __u64 id)
+{
+	if (!fast)
+		fast = fast_path_value();
+	if (!fast)
+		return 1;
+	/* Keeps the compiler from computing the filter's address, in a loop, before the test. */
+	barrier_var(fast);
+	return *(volatile __u8 *)filter_byte(fast, id);
+}
+
+/* Lets cgroup `id` be a target, before its entry is added (which publishes the byte with a
+ * release). A byte is only ever set by programs: a store suffices. */
 static __always_inline void mark_target(__u64 id)
 {
-	__u64 *word = filter_word(id);
-	if (word)
-		__sync_fetch_and_or(word, 1ull << (id % 64));
+	struct fast_path *fast = fast_path_value();
+	if (fast)
+		*(volatile __u8 *)filter_byte(fast, id) = 1;
 }
 
 /*
@@ -360,19 +408,30 @@ struct candidate {
 };
 
 /*
- * The id of the current task's deepest candidate at the levels `levels`, 0 if none, and its level
- * into `*level`. One helper call and one load per level where some target sits, from the lowest
- * (`first`: a Kubernetes pod's containers sit at level 4, and no turn is spent above), none
- * deeper than the task: a task under no target is told so without a hash lookup. Inlined: every
- * hook runs it first, and a call would cost ~20 instructions more. The loop counts from 0 and
- * shifts the levels instead of starting at `first`: 6.1's verifier gives up on a loop of an
- * unknown start.
+ * The id of the current task's deepest candidate at the levels of the gate's `levels` word
+ * `gate_word`, 0 if none, and its level into `*level`. One helper call and one load per level
+ * where some target sits, from the lowest (a Kubernetes pod's containers sit at level 4, and no
+ * turn is spent above), none deeper than the task: a task under no target is told so without a
+ * hash lookup. `fast`: the fast path's value, or NULL for it to be looked up at each level the
+ * task sits at (a pointer that may be NULL, kept from turn to turn, would multiply the states
+ * the verifier walks by the turns). Inlined: every hook runs it first, and a call would cost
+ * ~20 instructions more. The loop counts from 0 and shifts the levels instead of starting at
+ * the lowest: 6.1's verifier gives up on a loop of an unknown start.
  */
-static __always_inline __u64 deepest_candidate(__u64 levels, __u32 first, __u32 *level)
+static __always_inline __u64 deepest_candidate(struct fast_path *fast, __u64 gate_word,
+					       __u32 *level)
 {
-	__u64 found = 0;
+	__u32 first = first_level(gate_word);
 	/* Shifted by one a turn: a shift by a register costs the x86 JIT four instructions. */
-	__u64 from_here = levels >> first;
+	__u64 from_here = levels_from_first(gate_word);
+	if (from_here == 1) {
+		/* Targets at one level (Kubernetes puts every pod's containers at one): no loop, whose
+		 * variables cost stack spills around the helper call (~30 instructions). */
+		*level = first;
+		__u64 id = bpf_get_current_ancestor_cgroup_id(first);
+		return id && may_be_target(fast, id) ? id : 0;
+	}
+	__u64 found = 0;
 	for (__u64 turn = 0; turn <= PALISADE_MAX_LEVEL; turn++, from_here >>= 1) {
 		if (!from_here)
 			break; /* no target this deep */
@@ -382,7 +441,7 @@ static __always_inline __u64 deepest_candidate(__u64 levels, __u32 first, __u32 
 		__u64 id = bpf_get_current_ancestor_cgroup_id(at);
 		if (!id)
 			break; /* the task sits above this level */
-		if (may_be_target(id)) {
+		if (may_be_target(fast, id)) {
 			found = id;
 			*level = at;
 		}
@@ -392,7 +451,7 @@ static __always_inline __u64 deepest_candidate(__u64 levels, __u32 first, __u32 
 
 /*
  * The id of the deepest target above the current task's deepest candidate `candidate` (at the
- * levels `levels`), 0 if none, and its level into `*level`: where the candidate's bit is another
+ * levels `levels`), 0 if none, and its level into `*level`: where the candidate's byte is another
  * cgroup's or a former target's. A global function: the verifier checks its loop once, and the
  * states of its callers do not multiply by its levels.
  */
@@ -410,7 +469,7 @@ __noinline __u64 target_above_candidate(__u64 levels, __u64 candidate, __u32 *le
 		if (!id || id == candidate)
 			break;
 		/* Keep going: a deeper target's own policy wins. */
-		if (may_be_target(id) && bpf_map_lookup_elem(&targets, &id)) {
+		if (may_be_target(NULL, id) && bpf_map_lookup_elem(&targets, &id)) {
 			found = id;
 			*level = at;
 		}
@@ -418,13 +477,12 @@ __noinline __u64 target_above_candidate(__u64 levels, __u64 candidate, __u32 *le
 	return found;
 }
 
-/* Finds the current task's deepest candidate; false when it is under no target. */
-static __always_inline int find_candidate(struct candidate *who)
+/* Finds the current task's deepest candidate; false when it is under no target. `fast`: the fast
+ * path's value, if the hook looked it up already (NULL: looked up where needed). */
+static __always_inline int find_candidate(struct candidate *who, struct fast_path *fast)
 {
 	who->level = 0; /* written only where a candidate is found */
-	__u64 levels = gate_levels();
-	who->id = deepest_candidate(levels_of(levels), levels >> PALISADE_FIRST_LEVEL_SHIFT,
-				    &who->level);
+	who->id = deepest_candidate(fast, gate_levels(), &who->level);
 	return who->id != 0;
 }
 
@@ -511,7 +569,7 @@ static __always_inline int find_subject_from(struct subject *subject,
 static __always_inline int find_subject(struct subject *subject)
 {
 	struct candidate who;
-	return find_candidate(&who) && find_subject_from(subject, &who);
+	return find_candidate(&who, NULL) && find_subject_from(subject, &who);
 }
 
 /* Adds a rule's action to a decision: the stronger one wins (an allow bit is no action). */

@@ -48,7 +48,7 @@ int TARGET_HOOK(bprm_check_security, struct linux_binprm *bprm, int ret)
 		return ret;
 	end_runtime_setup(bprm);
 	struct candidate who;
-	if (!find_candidate(&who))
+	if (!find_candidate(&who, NULL))
 		return 0;
 	int error =
 		check_file(bprm->file, PALISADE_HOOK_BPRM_CHECK, PALISADE_PERM_EXEC, &who, NULL);
@@ -67,7 +67,7 @@ int TARGET_HOOK(mmap_file, struct file *file, unsigned long reqprot, unsigned lo
 	if (!file || !(prot & PROT_EXEC))
 		return 0;
 	struct candidate who;
-	if (!find_candidate(&who))
+	if (!find_candidate(&who, NULL))
 		return 0;
 	return check_file(file, PALISADE_HOOK_MMAP_FILE, PALISADE_PERM_EXEC, &who, NULL);
 }

@@ -47,9 +47,11 @@ int INLINE_TARGET_HOOK(file_open, struct file *file, int ret)
 	/* The cache's generation before the candidate: a verdict of that generation was decided
 	 * on targets no newer than those the candidate is of. */
 	struct open_probe open;
-	start_open_probe(&open);
+	struct fast_path *fast = start_open_probe(&open);
+	if (!fast)
+		return 0; /* never: key 0 of a one-element array; the test is the verifier's */
 	struct candidate who;
-	if (!find_candidate(&who))
+	if (!find_candidate(&who, fast))
 		return 0;
 	__u32 mode = file->f_mode;
 	struct dentry *dentry = file->f_path.dentry;
@@ -62,7 +64,7 @@ int INLINE_TARGET_HOOK(file_open, struct file *file, int ret)
 	if (!perms)
 		return 0;
 	/* The cache first: a hit needs neither the target nor the path. */
-	if (open_needs_nothing(&open, &who, file, dentry, perms))
+	if (open_needs_nothing(&open, fast, &who, file, dentry, perms))
 		return 0;
 	return check_file(file, PALISADE_HOOK_FILE_OPEN, perms, &who, &open);
 }
@@ -82,16 +84,16 @@ int BPF_PROG(d_instantiate, struct dentry *dentry, struct inode *inode)
 
 /*
  * Every move of a dentry (rename, exchange, a directory alias spliced in) is __d_move's work,
- * under the kernel's rename_lock: `open_generation` advances at its start (to odd) and at its
- * end (to even), for the open verdict cache. (Named for what they count: they run on a kernel
- * function, not on an LSM hook.)
+ * under the kernel's rename_lock: the open verdict cache's generation advances at its start (to
+ * odd) and at its end (to even). (Named for what they count: they run on a kernel function, not
+ * on an LSM hook.)
  */
 static __always_inline void count_dentry_move(__u64 parity)
 {
-	__u32 zero = 0;
-	__u64 *generation = bpf_map_lookup_elem(&open_generation, &zero);
-	if (!generation)
+	struct fast_path *fast = fast_path_value();
+	if (!fast)
 		return;
+	__u64 *generation = &fast->open_generation;
 	/* Moves are one at a time, under rename_lock: nothing changes the generation's parity
 	 * between this read and the add (the agent adds even epochs, and sets or clears only the
 	 * top bit). A generation already of the parity (the other program missed a move, attached
@@ -128,7 +130,7 @@ int TARGET_HOOK(file_receive, struct file *file, int ret)
 	if (ret)
 		return ret;
 	struct candidate who;
-	if (!find_candidate(&who))
+	if (!find_candidate(&who, NULL))
 		return 0;
 	return check_file(file, PALISADE_HOOK_FILE_RECEIVE, access_perms(file, file->f_mode), &who,
 			  NULL);

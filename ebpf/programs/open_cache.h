@@ -5,8 +5,8 @@
  * the target is even looked up. A slot holds while nothing the decision rested on can have
  * changed:
  * - the opener's deepest candidate (common.h: the deepest cgroup above it or its own that may be
- *   a target, which fixes the targets it is under) and the cache's generation
- *   (`open_generation`), which the agent advances by an epoch (2^32) after every change of
+ *   a target, which fixes the targets it is under) and the cache's generation (in the fast
+ *   path's value, common.h), which the agent advances by an epoch (2^32) after every change of
  *   targets, of the policies they point at and of its protected files, and at its start: within
  *   one epoch a candidate has one target, one policy and the same protected files (while
  *   nothing is targeted, lsm/d_instantiate does not keep the slots: targeting resumes with a
@@ -41,37 +41,21 @@
  * has: a task under no target is told so before it looks. A verdict of the epoch for another
  * candidate is not replaced: two cgroups opening one file in turns would otherwise each evict
  * the other's.
- * The cache is an array of OPEN_SLOTS slots, each dentry's chosen by its address (a hit reads no
- * field of the dentry): its memory is fixed at load, whatever the targets open. A slot is written
- * under its own sequence (odd while written; a writer that finds it odd or loses the race to
- * make it odd leaves the slot alone), and read twice around the comparison, so that a slot read
- * while written is a miss.
+ * The cache is an array of OPEN_SLOTS slots in the fast path's value, after the target filter
+ * that told the opener a candidate (one lookup finds both), each dentry's slot chosen by its
+ * address (a hit reads no field of the dentry): its memory is fixed at load, whatever the
+ * targets open. A slot is written under its own sequence (odd while written; a writer that
+ * finds it odd or loses the race to make it odd leaves the slot alone), and read twice around
+ * the comparison, so that a slot read while written is a miss.
  */
 #ifndef PALISADE_OPEN_CACHE_H
 #define PALISADE_OPEN_CACHE_H
 
 #include "path_match.h"
 
-#define OPEN_SLOT_BITS 14
-#define OPEN_SLOTS (1u << OPEN_SLOT_BITS)
-
 /* 10 s at HZ=1000, 100 s at HZ=100: jiffies cost one load where a clock read costs tens of
  * instructions. */
 #define OPEN_SLOT_LIFETIME 10000
-
-/*
- * Element 0: the generation. Besides its top bit (PALISADE_OPEN_CACHE_OFF_BIT), it only grows,
- * by atomic adds, so that a slot's never comes back: the agent adds its epochs (and sets or
- * clears the bit) through a mapping of the map. A map, not global data: the loader writes a
- * global's initial value also into a pinned copy it adopts.
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} open_generation SEC(".maps");
 
 /* The agent's part of the generation. */
 #define OPEN_EPOCH_SHIFT 32
@@ -111,6 +95,7 @@ struct open_slot {
 	__u32 perms; /* PALISADE_PERM_* that need nothing */
 	struct open_key key;
 } __attribute__((aligned(64))); /* slots start on cache lines: a hit writes one */
+_Static_assert(sizeof(struct open_slot) == PALISADE_OPEN_SLOT_SIZE, "the fast path's slots");
 
 /* An open's look into the cache, which the decision that follows a miss goes on with. */
 struct open_probe {
@@ -125,14 +110,6 @@ struct open_probe {
 _Static_assert(__builtin_offsetof(struct open_slot, hits) == PALISADE_OPEN_SLOT_HITS,
 	       "the agent reads the slots' counts there");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, OPEN_SLOTS);
-	__type(key, __u32);
-	__type(value, struct open_slot);
-} open_verdicts SEC(".maps");
-
 /*
  * The dentry at `dentry` as a number: its distance from the cache's map, both fixed while the
  * cache is. The verifier turns a pointer into a number only by subtracting another pointer from
@@ -140,14 +117,14 @@ struct {
  */
 static __always_inline __u64 dentry_place(struct dentry *dentry)
 {
-	return (__u64)dentry - (__u64)&open_verdicts;
+	return (__u64)dentry - (__u64)&fast_path;
 }
 
-/* The slot of the dentry at `place` (NULL never in practice). */
-static __always_inline struct open_slot *slot_of(__u64 place)
+/* The slot of the dentry at `place`. */
+static __always_inline struct open_slot *slot_of(struct fast_path *fast, __u64 place)
 {
 	__u32 index = (place * 0x9e3779b97f4a7c15ull) >> (64 - OPEN_SLOT_BITS);
-	return bpf_map_lookup_elem(&open_verdicts, &index);
+	return (struct open_slot *)fast->open_slots[index];
 }
 
 /* The sequence of the task's fs_struct, which chroot (and chdir) advance: a load the compiler
@@ -221,23 +198,24 @@ static __always_inline __u64 ordered_read(__u64 *value)
 /*
  * Starts an open's look into the cache: reads the cache's generation, before anything else the
  * open reads. A barrier follows: what the open reads next (its candidate, the decision a miss
- * makes) is what the agent published at that epoch or later.
+ * makes) is what the agent published at that epoch or later. Returns the fast path's value
+ * (NULL never in practice), for the candidate's and the slot's look.
  */
-static __always_inline void start_open_probe(struct open_probe *probe)
+static __always_inline struct fast_path *start_open_probe(struct open_probe *probe)
 {
-	__u32 zero = 0;
-	__u64 *generation = bpf_map_lookup_elem(&open_generation, &zero);
-	/* No generation is as good as a move under way. */
-	probe->key.generation = generation ? *(volatile __u64 *)generation : 1;
+	struct fast_path *fast = fast_path_value();
+	if (fast)
+		probe->key.generation = *(volatile __u64 *)&fast->open_generation;
 	load_barrier();
+	return fast;
 }
 
 /*
  * Whether the cache says the current task's open (the task of deepest candidate `who`) of `file`
- * (through `dentry`) needs nothing for `perms`, the look started. Fills `probe` on the way, for
- * the decision that follows a miss, which reads the key's path afresh.
+ * (through `dentry`) needs nothing for `perms`, the look started (returning `fast`). Fills
+ * `probe` on the way, for the decision that follows a miss, which reads the key's path afresh.
  */
-static __always_inline int open_needs_nothing(struct open_probe *probe,
+static __always_inline int open_needs_nothing(struct open_probe *probe, struct fast_path *fast,
 					      const struct candidate *who, struct file *file,
 					      struct dentry *dentry, __u32 perms)
 {
@@ -248,9 +226,7 @@ static __always_inline int open_needs_nothing(struct open_probe *probe,
 	key->dentry = dentry_place(dentry);
 	key->candidate = who->id;
 	probe->candidate_level = who->level;
-	struct open_slot *slot = slot_of(key->dentry);
-	if (!slot)
-		return 0;
+	struct open_slot *slot = slot_of(fast, key->dentry);
 	probe->slot = slot;
 	/* A local copy, never stored: its fields are compared as they are read. */
 	struct open_path path;
@@ -340,9 +316,12 @@ static __always_inline void remember_open(const struct open_probe *probe, __u32 
  * it is instantiated. */
 static __always_inline void forget_opens(struct dentry *dentry)
 {
+	struct fast_path *fast = fast_path_value();
+	if (!fast)
+		return;
 	__u64 place = dentry_place(dentry);
-	struct open_slot *slot = slot_of(place);
-	if (slot && slot->key.dentry == place)
+	struct open_slot *slot = slot_of(fast, place);
+	if (slot->key.dentry == place)
 		*(volatile __u64 *)&slot->key.dentry = 0;
 }
 

@@ -95,7 +95,7 @@ static __always_inline struct scratch *find_path_subject_from(struct subject *su
 static __always_inline struct scratch *find_path_subject(struct subject *subject)
 {
 	struct candidate who;
-	return find_candidate(&who) ? find_path_subject_from(subject, &who) : NULL;
+	return find_candidate(&who, NULL) ? find_path_subject_from(subject, &who) : NULL;
 }
 
 /* Whether the subject's policy has path rules. */

@@ -9,7 +9,7 @@ use std::{
 };
 
 use aya::maps::{Array, MapData, MapError, RingBuf};
-use palisade_common::{Config, FIRST_LEVEL_SHIFT, Gate};
+use palisade_common::{Config, Gate, LEVELS_SHIFT};
 use tracing::{info, warn};
 
 use super::{
@@ -97,9 +97,7 @@ impl Enforcer {
             gate,
             targets,
             pending,
-            target_filter,
             protected_inodes,
-            open_generation,
             policies,
             path_prefixes,
             path_suffixes,
@@ -127,16 +125,13 @@ impl Enforcer {
             targets: pinned.target_levels,
             enforced: pinned.enforced_levels,
         };
-        let filter = TargetFilter::new(target_filter).map_err(|source| LoadError::MapSetup {
-            name: "target_filter",
+        let fast_path_setup = |source| LoadError::MapSetup {
+            name: "fast_path",
             source,
-        })?;
-        let open_slots = programs.open_slots()?;
-        let open_cache =
-            OpenCache::new(open_generation, open_slots).map_err(|source| LoadError::MapSetup {
-                name: "open_generation",
-                source,
-            })?;
+        };
+        let fast_path = programs.fast_path()?;
+        let filter = TargetFilter::new(fast_path).map_err(fast_path_setup)?;
+        let open_cache = OpenCache::new(fast_path).map_err(fast_path_setup)?;
         let mut enforcer = Self {
             programs,
             sizes: *sizes,
@@ -614,7 +609,7 @@ impl Enforcer {
         let levels = self.config.target_levels;
         let first = u64::from(levels.trailing_zeros() % 64); // 0 with no level
         let gate = Gate {
-            levels: levels | first << FIRST_LEVEL_SHIFT,
+            levels: (levels >> first) << LEVELS_SHIFT | first,
             enforced: (self.config.enforced_levels != 0).into(),
             reserved: 0,
         };

@@ -76,9 +76,7 @@ maps! {
         gate in ".data.gate": Array<MapData, Gate>,
         targets: HashMap<MapData, u64, Target>,
         pending: HashMap<MapData, PendingKey, Target>,
-        target_filter: Array<MapData, u64>,
         protected_inodes: HashMap<MapData, InodeKey, u32>,
-        open_generation: Array<MapData, u64>,
         policies: HashMap<MapData, u32, Policy>,
         path_prefixes: LpmTrie<MapData, TriePath, PathVerdict>,
         path_suffixes: LpmTrie<MapData, TriePath, PathVerdict>,
@@ -97,7 +95,7 @@ maps! {
     }
     kernel_only {
         audit_buckets,
-        open_verdicts,
+        fast_path,
         reported,
         runtime_setup,
         scratch_space,

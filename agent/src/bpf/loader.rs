@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{Array, IterableMap, Map, MapData},
+    maps::{Map, MapData},
     programs::{FEntry, FExit, Lsm, ProgramError, links::FdLink},
 };
 use tracing::{info, warn};
@@ -59,18 +59,20 @@ fn count_dentry_moves(
     Ok(())
 }
 
+/// The fast path's map (ebpf/programs/common.h) of `ebpf`: one value, mapped by parts.
+fn fast_path(ebpf: &Ebpf) -> Result<&MapData, LoadError> {
+    match ebpf.map("fast_path") {
+        Some(Map::Array(map)) => Ok(map),
+        _ => Err(LoadError::Map("fast_path")),
+    }
+}
+
 /// Turns the open verdict cache off or on (open_cache::set_off).
 fn set_open_cache_off(ebpf: &Ebpf, off: bool) -> Result<(), LoadError> {
-    let setup = |source| LoadError::MapSetup {
-        name: "open_generation",
+    open_cache::set_off(fast_path(ebpf)?, off).map_err(|source| LoadError::MapSetup {
+        name: "fast_path",
         source,
-    };
-    let generation: Array<&MapData, u64> = ebpf
-        .map("open_generation")
-        .ok_or(LoadError::Map("open_generation"))?
-        .try_into()
-        .map_err(setup)?;
-    open_cache::set_off(generation.map(), off).map_err(setup)
+    })
 }
 
 pub(super) struct Programs {
@@ -149,15 +151,9 @@ impl Programs {
         Ok((programs, maps))
     }
 
-    /// The open verdict cache's slots, a map only the programs write.
-    pub fn open_slots(&self) -> Result<open_cache::Slots, LoadError> {
-        let Some(Map::Array(map)) = self.ebpf.map("open_verdicts") else {
-            return Err(LoadError::Map("open_verdicts"));
-        };
-        open_cache::Slots::new(map).map_err(|source| LoadError::MapSetup {
-            name: "open_verdicts",
-            source,
-        })
+    /// The fast path's map: the target filter's and the open verdict cache's.
+    pub fn fast_path(&self) -> Result<&MapData, LoadError> {
+        fast_path(&self.ebpf)
     }
 
     pub fn replaced_pinned_state(&self) -> bool {

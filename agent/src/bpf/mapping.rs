@@ -5,7 +5,7 @@
 use std::{
     os::fd::{AsRawFd, BorrowedFd},
     ptr::NonNull,
-    sync::atomic::{AtomicU64, Ordering},
+    sync::atomic::{AtomicU8, AtomicU64, Ordering},
 };
 
 use aya::{maps::MapError, sys::SyscallError};
@@ -68,6 +68,15 @@ impl Mapping {
     pub fn atomic(&self, offset: usize) -> &AtomicU64 {
         assert!(self.writable, "a writable mapping");
         self.u64_at(offset)
+    }
+
+    /// The byte at `offset` of a writable mapping, to be changed.
+    pub fn atomic_byte(&self, offset: usize) -> &AtomicU8 {
+        assert!(self.writable, "a writable mapping");
+        assert!(offset < self.len, "a byte of the mapping");
+        // SAFETY: within the mapping, which lives as long as the reference; the kernel and the
+        // agent access it atomically only.
+        unsafe { self.start.byte_add(offset).cast::<AtomicU8>().as_ref() }
     }
 
     fn u64_at(&self, offset: usize) -> &AtomicU64 {

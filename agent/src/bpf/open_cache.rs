@@ -1,5 +1,6 @@
-//! The open verdict cache (ebpf/programs/open_cache.h), seen from the agent: its generation and
-//! the count of opens its slots answered.
+//! The open verdict cache (ebpf/programs/open_cache.h), in the fast path's value
+//! (ebpf/programs/common.h), seen from the agent: its generation and the count of opens its
+//! slots answered.
 //!
 //! A cached open holds only within the generation it was decided in. Whatever changes what
 //! decides a target's open without its path adds an epoch to it once the change is made: the
@@ -17,10 +18,13 @@ use std::{
 };
 
 use aya::{
-    maps::{Array, IterableMap, MapData, MapError},
+    maps::{MapData, MapError},
     sys::SyscallError,
 };
-use palisade_common::{OPEN_CACHE_OFF_BIT, OPEN_SLOT_HITS};
+use palisade_common::{
+    FAST_PATH_OPEN_GENERATION, FAST_PATH_OPEN_SLOTS, OPEN_CACHE_OFF_BIT, OPEN_SLOT_HITS,
+    OPEN_SLOT_SIZE, OPEN_SLOTS,
+};
 
 use super::mapping::Mapping;
 
@@ -38,12 +42,12 @@ struct Inner {
 }
 
 impl OpenCache {
-    /// Starts a new epoch in `generation` (the map, an earlier agent's if pinned): the cached
-    /// opens of that agent's decisions are not this one's.
-    pub(super) fn new(generation: Array<MapData, u64>, slots: Slots) -> Result<Self, MapError> {
+    /// Starts a new epoch in the fast path's map `fast_path` (an earlier agent's if pinned): the
+    /// cached opens of that agent's decisions are not this one's.
+    pub(super) fn new(fast_path: &MapData) -> Result<Self, MapError> {
         let cache = Self(Arc::new(Inner {
-            generation: Generation::map(generation.map())?,
-            slots,
+            generation: Generation::map(fast_path)?,
+            slots: Slots::new(fast_path)?,
         }));
         cache.forget();
         Ok(cache)
@@ -69,28 +73,29 @@ impl OpenCache {
     }
 }
 
-/// Turns the cache of the generation's map off (every open is decided by its path), or on: off
+/// Turns the cache of the fast path's map off (every open is decided by its path), or on: off
 /// wherever nothing counts the kernel's dentry moves.
-pub(super) fn set_off(generation: &MapData, off: bool) -> Result<(), MapError> {
-    Generation::map(generation)?.set_off(off);
+pub(super) fn set_off(fast_path: &MapData, off: bool) -> Result<(), MapError> {
+    Generation::map(fast_path)?.set_off(off);
     Ok(())
 }
 
-/// The generation's map (`BPF_F_MMAPABLE`) mapped into the agent: its value changes by atomic
-/// adds, as the programs' do.
+/// The generation, mapped into the agent: it changes by atomic adds, as the programs' do.
 struct Generation(Mapping);
 
+const GENERATION: usize = FAST_PATH_OPEN_GENERATION as usize;
+
 impl Generation {
-    fn map(map: &MapData) -> Result<Self, MapError> {
+    fn map(fast_path: &MapData) -> Result<Self, MapError> {
         Ok(Self(Mapping::new(
-            map.fd().as_fd(),
-            size_of::<u64>(),
+            fast_path.fd().as_fd(),
+            GENERATION + size_of::<u64>(),
             true,
         )?))
     }
 
     fn value(&self) -> &AtomicU64 {
-        self.0.atomic(0)
+        self.0.atomic(GENERATION)
     }
 
     /// Sets or clears OFF, leaving the count the programs add to as it is.
@@ -103,22 +108,18 @@ impl Generation {
     }
 }
 
-/// The slots of `open_verdicts` (`BPF_F_MMAPABLE`): each counts the opens it answered at
-/// OPEN_SLOT_HITS, and only grows. Mapped only while they are summed: a lasting mapping of the
-/// whole map would be resident in the agent's memory.
-pub(super) struct Slots {
-    map: OwnedFd,
-    count: usize,
-    /// Bytes from a slot to the next: the kernel rounds the value size up to 8.
-    stride: usize,
-}
+/// The slots: each counts the opens it answered at OPEN_SLOT_HITS, and only grows. Mapped only
+/// while they are summed: a lasting mapping of them all would be resident in the agent's memory.
+struct Slots(OwnedFd);
+
+const SLOTS: usize = FAST_PATH_OPEN_SLOTS as usize;
+const SLOT_SIZE: usize = OPEN_SLOT_SIZE as usize;
 
 impl Slots {
-    /// The slots of `map`, through a copy of its descriptor (a map's id gives one only to
-    /// CAP_SYS_ADMIN).
-    pub fn new(map: &MapData) -> Result<Self, MapError> {
-        let info = map.info()?;
-        let map = map
+    /// The slots of the fast path's map `fast_path`, through a copy of its descriptor (a map's
+    /// id gives one only to CAP_SYS_ADMIN).
+    fn new(fast_path: &MapData) -> Result<Self, MapError> {
+        let map = fast_path
             .fd()
             .as_fd()
             .try_clone_to_owned()
@@ -126,19 +127,16 @@ impl Slots {
                 call: "fcntl",
                 io_error,
             })?;
-        Ok(Self {
-            map,
-            count: info.max_entries() as usize,
-            stride: (info.value_size() as usize).next_multiple_of(8),
-        })
+        Ok(Self(map))
     }
 
     fn hits(&self) -> Result<u64, MapError> {
-        let mapping = Mapping::new(self.map.as_fd(), self.count * self.stride, false)?;
-        // The stride and the offset are multiples of 8; the programs change a count by atomic
+        let count = OPEN_SLOTS as usize;
+        let mapping = Mapping::new(self.0.as_fd(), SLOTS + count * SLOT_SIZE, false)?;
+        // The slots' size and offset are multiples of 8; the programs change a count by atomic
         // adds only.
-        Ok((0..self.count)
-            .map(|slot| mapping.load(slot * self.stride + OPEN_SLOT_HITS as usize))
+        Ok((0..count)
+            .map(|slot| mapping.load(SLOTS + slot * SLOT_SIZE + OPEN_SLOT_HITS as usize))
             .sum())
     }
 }
