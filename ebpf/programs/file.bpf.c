@@ -10,9 +10,10 @@
 /*
  * The permissions the access of `file`, of mode `mode`, asks for. Access mode 3 opens for ioctls
  * only (neither FMODE_READ nor FMODE_WRITE), with the permission checks of reading and writing:
- * it asks for both. The flags are read only where the mode does not tell.
+ * it asks for both. The flags are read only where the mode does not tell. 64 bits wide: the open
+ * verdict cache compares them with a slot's with no zero-extension first.
  */
-static __always_inline __u32 access_perms(struct file *file, __u32 mode)
+static __always_inline __u64 access_perms(struct file *file, __u32 mode)
 {
 	if (mode & FMODE_WRITE)
 		return (mode & FMODE_READ ? PALISADE_PERM_READ : 0) |
@@ -60,7 +61,7 @@ int INLINE_TARGET_HOOK(file_open, struct file *file, int ret)
 	/* An exec's open of its program is a read like any (neither test kernel has marked it
 	 * FMODE_EXEC yet, and 6.1 marks uselib's read as it marks an exec's, in f_flags): exec
 	 * rules and allowances cover reading; bprm_check decides the exec. */
-	__u32 perms = access_perms(file, mode);
+	__u64 perms = access_perms(file, mode);
 	if (!perms)
 		return 0;
 	/* The cache first: a hit needs neither the target nor the path. */

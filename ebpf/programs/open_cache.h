@@ -217,12 +217,13 @@ static __always_inline struct fast_path *start_open_probe(struct open_probe *pro
  */
 static __always_inline int open_needs_nothing(struct open_probe *probe, struct fast_path *fast,
 					      const struct candidate *who, struct file *file,
-					      struct dentry *dentry, __u32 perms)
+					      struct dentry *dentry, __u64 perms)
 {
 	struct open_key *key = &probe->key;
-	probe->slot = NULL;
-	if (key->generation & (1ull << PALISADE_OPEN_CACHE_OFF_BIT | 1))
+	if (key->generation & (1ull << PALISADE_OPEN_CACHE_OFF_BIT | 1)) {
+		probe->slot = NULL;
 		return 0;
+	}
 	key->dentry = dentry_place(dentry);
 	key->candidate = who->id;
 	probe->candidate_level = who->level;

@@ -524,7 +524,9 @@ async fn outage() {
     let web = running_pod(&client, &ns, &node, "web", "web").await;
     let (first, second) = (file("/tmp/outage/first"), file("/tmp/outage/second"));
     let policies: Api<PalisadePolicy> = Api::namespaced(client.clone(), &ns);
-    // The node's status entry for the policy's current generation, once it has one.
+    // The node's status entry for the policy's current generation, once it has one. (The
+    // policy-wide generation and conditions are any node's: an agent of another test may write
+    // them while this node's entry still tells of the generation before.)
     let reported = async || {
         let status = policies.get_status("web").await.ok()?.status?;
         let generation = policies.get("web").await.ok()?.metadata.generation;
@@ -535,7 +537,9 @@ async fn outage() {
         (status.observed_generation == generation
             && ready.status == "True"
             && status.nodes.iter().any(|entry| {
-                entry.node == node.name && (entry.enforced_pods, entry.failed_pods) == (1, 0)
+                entry.node == node.name
+                    && Some(entry.observed_generation) == generation
+                    && (entry.enforced_pods, entry.failed_pods) == (1, 0)
             }))
         .then_some(())
     };
