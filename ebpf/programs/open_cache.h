@@ -160,6 +160,27 @@ static __always_inline int fill_open_path(struct open_path *path, struct task_st
 	return path->mount_events && root_sequence(fs) == path->root_sequence;
 }
 
+/*
+ * Whether the current task `task`'s open of `file` stands where a slot's `path` says, read as a
+ * hit reads it: the root's two pointers without the fs_struct's sequence (two loads fewer on
+ * every hit). Read while a chroot or pivot_root changes them, they may pair the old mount with
+ * the new dentry: such a pair meets a slot only as the root a task of the same candidate opened
+ * the file under, and whoever tears it holds the capability that reaches any root. The writer
+ * keeps the sequence (fill_open_path): what it stores is the root its decision resolved under.
+ * The event number is read now: a mount change since the slot's key, before or after this
+ * open's lookup, misses.
+ */
+static __always_inline int opens_at(const struct open_path *path, struct task_struct *task,
+				    struct file *file)
+{
+	struct mnt_namespace *ns = task->nsproxy->mnt_ns;
+	struct fs_struct *fs = task->fs;
+	return path->file_mnt == (__u64)file->f_path.mnt &&
+	       path->root_mnt == (__u64)fs->root.mnt &&
+	       path->root_dentry == (__u64)fs->root.dentry && path->mount_ns == (__u64)ns &&
+	       path->mount_events == *(volatile __u64 *)&ns->event;
+}
+
 /* Of the key's dentry in its epoch. Never 0, an unwritten slot's tag: the first open of a file
  * whose place is the epoch's would be taken for its second. */
 static __always_inline __u32 tag_of(const struct open_key *key)
@@ -229,12 +250,9 @@ static __always_inline int open_needs_nothing(struct open_probe *probe, struct f
 	probe->candidate_level = who->level;
 	struct open_slot *slot = slot_of(fast, key->dentry);
 	probe->slot = slot;
-	/* A local copy, never stored: its fields are compared as they are read. */
-	struct open_path path;
 	__u64 sequence = ordered_read(&slot->sequence);
 	if (!(sequence & 1) && same_file(&slot->key, key) && (slot->perms & perms) == perms &&
-	    fill_open_path(&path, bpf_get_current_task_btf(), file) &&
-	    same_path(&slot->key.path, &path) &&
+	    opens_at(&slot->key.path, bpf_get_current_task_btf(), file) &&
 	    bpf_jiffies64() - slot->written < OPEN_SLOT_LIFETIME &&
 	    ordered_read(&slot->sequence) == sequence) {
 		__sync_fetch_and_add(&slot->hits, 1);
