@@ -240,8 +240,23 @@ struct scratch {
 	/* A file's dentry and its parents, while path_walk.h looks for a mount that holds it. */
 	__u64 ancestors[PLACE_MAX_DEPTH];
 	struct palisade_trie_key key;
+	/* Where the last word path_match.h writes into the key's path runs past it. */
+	__u8 key_overrun[8];
 	struct palisade_model_key model; /* model.h */
 };
+
+_Static_assert(__builtin_offsetof(struct scratch, key.data.path) % 8 == 0,
+	       "path_match.h writes the key's path a word at a time");
+
+/* The word at `at`, aligned or not, in one load: clang splits a load it cannot prove aligned
+ * into a load a byte; the verifier checks alignment only when asked to (BPF_F_STRICT_ALIGNMENT)
+ * and the JITs of x86 and arm64 load unaligned words. */
+static __always_inline __u64 unaligned_word(const void *at)
+{
+	__u64 word;
+	asm volatile("%0 = *(u64 *)(%1 + 0)" : "=r"(word) : "r"(at) : "memory");
+	return word;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

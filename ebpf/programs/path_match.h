@@ -25,10 +25,20 @@ __noinline __u32 match_globs(__u32 chars, __u64 candidates, __u32 perms,
 		return 0;
 	struct palisade_trie_key *key = &s->key;
 	__u32 n = chars > PALISADE_KEY_PATH_LEN ? PALISADE_KEY_PATH_LEN : chars;
-	for (__u32 i = 0; i < PALISADE_KEY_PATH_LEN; i++) {
-		if (i >= n)
+	/* The path's last n bytes reversed, 8 at a time (a byte at a time cost 16 instructions a
+	 * byte): the key's bytes at..at+7 are the path's chars-1-at down to chars-8-at, a load
+	 * byte-swapped; where fewer than 8 are left, the first word's, shifted past the bytes
+	 * that are not there. Bytes past n are past prefixlen: never compared. */
+	for (__u32 at = 0; at < PALISADE_KEY_PATH_LEN; at += 8) {
+		if (at >= n)
 			break;
-		key->data.path[i] = s->path[(chars - 1 - i) & (PATH_BUF_LEN - 1)];
+		__u64 word;
+		if (chars >= at + 8)
+			word = __builtin_bswap64(
+				unaligned_word(&s->path[(chars - at - 8) & (PATH_BUF_LEN - 1)]));
+		else
+			word = __builtin_bswap64(*(__u64 *)s->path) >> 8 * (at + 8 - chars);
+		*(__u64 *)__builtin_assume_aligned(&key->data.path[at], 8) = word;
 	}
 	key->prefixlen = PALISADE_TRIE_FIXED_BITS + n * 8;
 	struct palisade_path_verdict *suffix = bpf_map_lookup_elem(&path_suffixes, key);
@@ -63,7 +73,13 @@ static __always_inline __u32 match_path(__u32 policy_id, struct scratch *s,
 	__u32 n = len > PALISADE_KEY_PATH_LEN ? PALISADE_KEY_PATH_LEN : len;
 	key->data.policy_id = policy_id;
 	key->prefixlen = PALISADE_TRIE_FIXED_BITS + n * 8;
-	__builtin_memcpy(key->data.path, s->path, sizeof(key->data.path));
+	/* Only the first n bytes are compared: copied 8 at a time, not the whole key. */
+	for (__u32 at = 0; at < PALISADE_KEY_PATH_LEN; at += 8) {
+		if (at >= n)
+			break;
+		*(__u64 *)__builtin_assume_aligned(&key->data.path[at], 8) =
+			*(__u64 *)__builtin_assume_aligned(&s->path[at], 8);
+	}
 	struct palisade_path_verdict *prefix = bpf_map_lookup_elem(&path_prefixes, key);
 	if (!prefix)
 		return 0;
