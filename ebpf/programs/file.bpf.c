@@ -73,12 +73,14 @@ int INLINE_TARGET_HOOK(file_open, struct file *file, int ret)
 /*
  * A dentry given its inode (a lookup, a link, a creation, a file handle decoded): the open
  * verdict cache forgets the open through the dentry's address (open_cache.h). Nothing is decided
- * here, and the hook returns nothing: no `ret` to answer, hence not a GATED_HOOK.
+ * here, and the hook returns nothing: no `ret` to answer, hence not a GATED_HOOK. While nothing
+ * is enforced (no target, or AlwaysAllow ones only), no open is cached or answered from the
+ * cache, and the agent starts a new epoch before enforcement resumes: nothing to forget.
  */
 SEC("lsm/d_instantiate")
 int BPF_PROG(d_instantiate, struct dentry *dentry, struct inode *inode)
 {
-	if (!nothing_targeted())
+	if (!nothing_enforced())
 		forget_opens(dentry);
 	return 0;
 }

@@ -604,8 +604,11 @@ impl Enforcer {
 
     /// Writes `config`, then the gate, its levels as the programs read them. `config` first: it
     /// is what an agent restarting adopts, the gate being set back to its initial value then.
+    /// The open verdict cache starts a new epoch before: while the gate enforced nothing,
+    /// lsm/d_instantiate kept no slot.
     fn publish_config(&mut self) -> Result<(), MapError> {
         self.config_map.set(0, self.config, 0)?;
+        self.forget_opens();
         let levels = self.config.target_levels;
         let first = u64::from(levels.trailing_zeros() % 64); // 0 with no level
         let gate = Gate {

@@ -119,6 +119,12 @@ impl Programs {
                 std::fs::create_dir_all(&dir).map_err(|err| LoadError::pin(&dir, err))?;
             }
             adopted = state.links_complete(program_names());
+            open_cache::forget_pinned(&state.map("fast_path")).map_err(|source| {
+                LoadError::MapSetup {
+                    name: "fast_path",
+                    source,
+                }
+            })?;
             for name in MAPS {
                 loader.map_pin_path(name, state.map(name));
             }

@@ -11,6 +11,7 @@
 
 use std::{
     os::fd::{AsFd, OwnedFd},
+    path::Path,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -57,7 +58,7 @@ impl OpenCache {
     /// barrier: the change, written by the kernel on this thread, is visible to every CPU before
     /// the epoch is (the programs read the generation first).
     pub fn forget(&self) {
-        self.0.generation.value().fetch_add(EPOCH, Ordering::SeqCst);
+        self.0.generation.forget();
     }
 
     /// The opens of targets the cache answered (without resolving their path), since its map
@@ -71,6 +72,18 @@ impl OpenCache {
     pub fn turn_off(&self) {
         self.0.generation.set_off(true);
     }
+}
+
+/// Starts a new epoch in the fast path's map pinned at `path`, if one is: loading the object sets
+/// the adopted gate back to its initial value, which enforces, and while the earlier agent's gate
+/// enforced nothing lsm/d_instantiate kept no slot.
+pub(super) fn forget_pinned(path: &Path) -> Result<(), MapError> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let fast_path = MapData::from_pin(path)?;
+    Generation::map(&fast_path)?.forget();
+    Ok(())
 }
 
 /// Turns the cache of the fast path's map off (every open is decided by its path), or on: off
@@ -96,6 +109,11 @@ impl Generation {
 
     fn value(&self) -> &AtomicU64 {
         self.0.atomic(GENERATION)
+    }
+
+    /// Adds an epoch (OpenCache::forget).
+    fn forget(&self) {
+        self.value().fetch_add(EPOCH, Ordering::SeqCst);
     }
 
     /// Sets or clears OFF, leaving the count the programs add to as it is.
