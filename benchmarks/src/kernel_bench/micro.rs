@@ -11,6 +11,7 @@ use std::{
 };
 
 use anyhow::{Context, bail, ensure};
+use palisade_benchmarks::kernel::Spread;
 
 use super::system::now_ns;
 
@@ -27,31 +28,83 @@ pub const DENIED: &str = "/tmp/bench/denied/file";
 const PROGRAM: &str = "/bin/busybox";
 const COPY_SIZE: usize = 256 * 1024;
 
-/// (name, operations per run, what one operation is). `fork`, `open_close`, `connect` and
-/// `open_denied` run more operations than their time per operation alone asks for: shorter runs
-/// varied between rounds by as much as the margin of the goal they are checked against (a run of
-/// 5,000 opens lasts 50 ms of guest time: whether a wake-up of the agent falls in it shows).
-/// `fork` stops at 4,000: at half a million instructions each, its runs were three quarters of a
-/// round's guest time at 8,000.
-pub const BENCHES: &[(&str, u64, &str)] = &[
-    ("exec", 200, "fork, exec of a static program, exit, wait"),
-    ("fork", 4000, "fork, exit, wait"),
-    ("open_close", 20000, "open and close a file"),
-    ("stat", 5000, "stat a file"),
-    ("pipe", 5000, "write and read back 512 bytes through a pipe"),
-    (
-        "connect",
-        8000,
-        "TCP socket, connect to loopback, accept, close both (reset: no TIME_WAIT left)",
-    ),
-    ("file_copy", 24, "copy a 256 KiB file in 4 KiB blocks"),
-    ("open_denied", 20000, "open and close the file S5 denies"),
-    (
-        "open_many",
-        MANY_FILES,
-        "open and close the next of 20,000 files, 6 directories deep (no file twice in a run)",
-    ),
+/// A microbenchmark.
+pub struct Bench {
+    pub name: &'static str,
+    /// Operations per run.
+    pub ops: u64,
+    /// Operations per timed sample: a few hundred thousand instructions or fewer, so that most
+    /// samples see no timer tick nor any other task run (run_phase).
+    pub per_sample: u64,
+}
+
+/// `fork`, `open_close`, `connect` and `open_denied` run more operations than their time per
+/// operation alone asks for: shorter runs varied between rounds by as much as the margin of the
+/// goal they are checked against. `fork` stops at 4,000: at half a million instructions each,
+/// its runs were three quarters of a round's guest time at 8,000.
+pub const BENCHES: &[Bench] = &[
+    // fork, exec of a static program, exit, wait
+    Bench {
+        name: "exec",
+        ops: 200,
+        per_sample: 1,
+    },
+    // fork, exit, wait
+    Bench {
+        name: "fork",
+        ops: 4000,
+        per_sample: 1,
+    },
+    // open and close a file
+    Bench {
+        name: "open_close",
+        ops: 20000,
+        per_sample: 25,
+    },
+    // stat a file
+    Bench {
+        name: "stat",
+        ops: 5000,
+        per_sample: 25,
+    },
+    // write and read back 512 bytes through a pipe
+    Bench {
+        name: "pipe",
+        ops: 5000,
+        per_sample: 50,
+    },
+    // TCP socket, connect to loopback, accept, close both (reset: no TIME_WAIT left)
+    Bench {
+        name: "connect",
+        ops: 8000,
+        per_sample: 4,
+    },
+    // copy a 256 KiB file in 4 KiB blocks
+    Bench {
+        name: "file_copy",
+        ops: 80,
+        per_sample: 1,
+    },
+    // open and close the file S5 denies
+    Bench {
+        name: "open_denied",
+        ops: 20000,
+        per_sample: 25,
+    },
+    // open and close the next of 20,000 files, 6 directories deep (no file twice in a run)
+    Bench {
+        name: "open_many",
+        ops: MANY_FILES,
+        per_sample: 25,
+    },
 ];
+
+impl Bench {
+    /// A run of about `ops` operations: whole samples in every phase.
+    pub fn run_of(&self, ops: u64) -> u64 {
+        ops.max(1).next_multiple_of(PHASES * self.per_sample)
+    }
+}
 
 /// Creates the files the benchmarks use.
 pub fn prepare() -> anyhow::Result<()> {
@@ -154,13 +207,17 @@ fn wait_child(pid: libc::pid_t) -> anyhow::Result<()> {
 /// loader's) shift fewer of them out of the range the mean covers.
 pub const PHASES: u64 = 16;
 
-/// Runs `bench` `ops` times (a multiple of `PHASES`), spread evenly over the allocator phases;
-/// returns the guest nanoseconds per operation, the mean over phases. `denied` says whether
+/// Runs `bench` `ops` times (`Bench::run_of`), spread evenly over the allocator phases; returns
+/// the guest nanoseconds per operation, the mean over phases. `denied` says whether
 /// `open_denied` must be refused.
 pub fn run(bench: &str, ops: u64, denied: bool) -> anyhow::Result<f64> {
+    let Some(bench) = BENCHES.iter().find(|known| known.name == bench) else {
+        bail!("no benchmark {bench}");
+    };
     ensure!(
-        ops.is_multiple_of(PHASES),
-        "{ops} operations do not split into {PHASES} phases"
+        bench.run_of(ops) == ops,
+        "{ops} operations do not split into {PHASES} phases of samples of {}",
+        bench.per_sample
     );
     let ops_per_phase = ops / PHASES;
     let mut total = 0.0;
@@ -209,18 +266,29 @@ impl Drop for IdleProcesses {
     }
 }
 
-/// Runs operations `first..first + ops` of `bench`; returns the guest nanoseconds per operation.
-fn run_phase(bench: &str, first: u64, ops: u64, denied: bool) -> anyhow::Result<f64> {
+/// Where `file_copy` writes its copies.
+fn copy_path() -> String {
+    format!("{DATA}/copy-{}", std::process::id())
+}
+
+/// One operation of a microbenchmark, given its index in the run.
+type Operation<'a> = Box<dyn FnMut(u64) -> anyhow::Result<()> + 'a>;
+
+/// Runs operations `first..first + ops` of `bench` in samples of `bench.per_sample` operations;
+/// returns the guest nanoseconds per operation of the median sample. A timer tick costs the
+/// sample it falls in thousands of instructions, and any task that runs meanwhile (the agent,
+/// a kernel worker) its whole run; neither is the cost of the operations under test, and which
+/// states happened to meet more of them moved `pipe`, which no hook sees, by 0.6% between
+/// states. The median of samples that short leaves them out.
+fn run_phase(bench: &Bench, first: u64, ops: u64, denied: bool) -> anyhow::Result<f64> {
     let file = c_path(&format!("{DATA}/file"));
-    let started;
-    match bench {
+    let mut operation: Operation = match bench.name {
         "exec" => {
             let program = c_path(PROGRAM);
-            let argv = [c_path("true")];
-            let argv: [*const libc::c_char; 2] = [argv[0].as_ptr(), std::ptr::null()];
-            let envp: [*const libc::c_char; 1] = [std::ptr::null()];
-            started = now_ns();
-            for _ in 0..ops {
+            let argv0 = c_path("true");
+            Box::new(move |_| {
+                let argv: [*const libc::c_char; 2] = [argv0.as_ptr(), std::ptr::null()];
+                let envp: [*const libc::c_char; 1] = [std::ptr::null()];
                 // SAFETY: the child only calls execve and _exit.
                 let pid = check(unsafe { libc::fork() }, "fork")?;
                 if pid == 0 {
@@ -229,52 +297,47 @@ fn run_phase(bench: &str, first: u64, ops: u64, denied: bool) -> anyhow::Result<
                         libc::_exit(127);
                     }
                 }
-                wait_child(pid)?;
-            }
+                wait_child(pid)
+            })
         }
-        "fork" => {
-            started = now_ns();
-            for _ in 0..ops {
-                // SAFETY: the child only calls _exit.
-                let pid = check(unsafe { libc::fork() }, "fork")?;
-                if pid == 0 {
-                    unsafe { libc::_exit(0) };
-                }
-                wait_child(pid)?;
+        "fork" => Box::new(|_| {
+            // SAFETY: the child only calls _exit.
+            let pid = check(unsafe { libc::fork() }, "fork")?;
+            if pid == 0 {
+                unsafe { libc::_exit(0) };
             }
-        }
+            wait_child(pid)
+        }),
         "open_close" | "open_many" => {
-            let files: Vec<CString> = if bench == "open_close" {
+            let files: Vec<CString> = if bench.name == "open_close" {
                 vec![file]
             } else {
                 (0..MANY_FILES)
                     .map(|index| c_path(&many_file(index)))
                     .collect()
             };
-            started = now_ns();
-            for op in first..first + ops {
+            Box::new(move |op| {
                 let file = &files[op as usize % files.len()];
                 // SAFETY: a valid path; the descriptor is closed at once.
                 let fd = check(unsafe { libc::open(file.as_ptr(), libc::O_RDONLY) }, "open")?;
                 unsafe { libc::close(fd) };
-            }
+                Ok(())
+            })
         }
         "stat" => {
             // SAFETY: all-zero is a valid `struct stat`.
             let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-            started = now_ns();
-            for _ in 0..ops {
+            Box::new(move |_| {
                 // SAFETY: a valid path and buffer.
-                check(unsafe { libc::stat(file.as_ptr(), &mut stat) }, "stat")?;
-            }
+                check(unsafe { libc::stat(file.as_ptr(), &mut stat) }, "stat").map(drop)
+            })
         }
         "pipe" => {
             let mut fds = [0; 2];
             // SAFETY: a valid array of two descriptors.
             check(unsafe { libc::pipe(fds.as_mut_ptr()) }, "pipe")?;
             let mut buffer = [0u8; 512];
-            started = now_ns();
-            for _ in 0..ops {
+            Box::new(move |_| {
                 // SAFETY: valid descriptors and buffer.
                 let written = unsafe { libc::write(fds[1], buffer.as_ptr().cast(), 512) };
                 let read = unsafe { libc::read(fds[0], buffer.as_mut_ptr().cast(), 512) };
@@ -283,28 +346,28 @@ fn run_phase(bench: &str, first: u64, ops: u64, denied: bool) -> anyhow::Result<
                     "pipe: {}",
                     io::Error::last_os_error()
                 );
-            }
+                Ok(())
+            })
         }
         "connect" => {
             // One thread: on loopback the handshake is done when connect returns. The reset
             // leaves no socket in TIME_WAIT, whose ports later connects would search past.
             let listener = TcpListener::bind("127.0.0.1:0")?;
             let address = listener.local_addr()?;
-            started = now_ns();
-            for _ in 0..ops {
+            Box::new(move |_| {
                 let client = TcpStream::connect(address).context("connect")?;
                 reset_on_close(&client)?;
                 let (server, _) = listener.accept().context("accept")?;
                 drop(client);
                 drop(server);
-            }
+                Ok(())
+            })
         }
         "file_copy" => {
             let source = c_path(&format!("{DATA}/source"));
-            let copy = c_path(&format!("{DATA}/copy-{}", std::process::id()));
+            let copy = c_path(&copy_path());
             let mut buffer = [0u8; 4096];
-            started = now_ns();
-            for _ in 0..ops {
+            Box::new(move |_| {
                 // SAFETY: valid paths and buffer; both descriptors are closed below.
                 let from = check(
                     unsafe { libc::open(source.as_ptr(), libc::O_RDONLY) },
@@ -332,25 +395,37 @@ fn run_phase(bench: &str, first: u64, ops: u64, denied: bool) -> anyhow::Result<
                     libc::close(from);
                     libc::close(to);
                 }
-            }
-            let _ = std::fs::remove_file(copy.to_str().expect("UTF-8"));
+                Ok(())
+            })
         }
         "open_denied" => {
             let path = c_path(DENIED);
-            started = now_ns();
-            for _ in 0..ops {
+            Box::new(move |_| {
                 let refused = open_close(&path) == Opened::Refused;
                 ensure!(
                     refused == denied,
                     "open_denied: {}",
                     if denied { "not refused" } else { "refused" }
                 );
-            }
+                Ok(())
+            })
         }
         other => bail!("no benchmark {other}"),
+    };
+    let per_sample = bench.per_sample;
+    let mut samples = Vec::new();
+    for sample in (first..first + ops).step_by(per_sample as usize) {
+        let started = now_ns();
+        for op in sample..sample + per_sample {
+            operation(op)?;
+        }
+        samples.push((now_ns() - started) as f64 / per_sample as f64);
     }
-    let elapsed = now_ns() - started;
-    Ok(elapsed as f64 / ops as f64)
+    drop(operation);
+    if bench.name == "file_copy" {
+        let _ = std::fs::remove_file(copy_path());
+    }
+    Ok(Spread::of(samples).context("no sample")?.median)
 }
 
 /// Keeps `path` being opened `rate` times per second for `seconds` (guest time), or as fast as
@@ -414,5 +489,22 @@ pub fn probe(path: &str) -> anyhow::Result<()> {
             out.flush()?;
             last = Some(answer);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_holds_whole_samples_in_every_phase() {
+        for bench in BENCHES {
+            for ops in [0, 1, bench.ops / 4, bench.ops] {
+                let run = bench.run_of(ops);
+                assert!(run >= ops.max(1), "{}: {run} < {ops}", bench.name);
+                assert_eq!(run % (PHASES * bench.per_sample), 0, "{}", bench.name);
+            }
+        }
+        assert_eq!(BENCHES[2].run_of(20000), 20000);
     }
 }

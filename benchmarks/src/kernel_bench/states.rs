@@ -124,24 +124,21 @@ fn micro_run(
 ) -> anyhow::Result<Vec<MicroSample>> {
     micro::BENCHES
         .iter()
-        .map(|(bench, ops, _)| micro_sample(settings, cgroups, state, round, share, bench, *ops))
+        .map(|bench| micro_sample(settings, cgroups, state, round, share, bench))
         .collect()
 }
 
-/// Runs microbenchmark `bench` of `ops` operations once in the target (S9: outside it), with
-/// `1 / share` of them.
+/// Runs microbenchmark `bench` once in the target (S9: outside it), with `1 / share` of its
+/// operations.
 fn micro_sample(
     settings: &Settings,
     cgroups: &Cgroups,
     state: &str,
     round: usize,
     share: u64,
-    bench: &str,
-    ops: u64,
+    bench: &micro::Bench,
 ) -> anyhow::Result<MicroSample> {
-    let ops = (settings.ops(ops) / share)
-        .max(1)
-        .next_multiple_of(micro::PHASES);
+    let ops = bench.run_of(settings.ops(bench.ops) / share);
     let denied = if state == "S5" { "denied" } else { "allowed" };
     let cgroup = if state == "S9" {
         &cgroups.client
@@ -150,12 +147,12 @@ fn micro_sample(
     };
     let text = output(&mut bench_command(
         cgroup,
-        &["micro", bench, &ops.to_string(), denied],
+        &["micro", bench.name, &ops.to_string(), denied],
     )?)?;
     Ok(MicroSample {
         state: state.to_owned(),
         round,
-        bench: bench.to_owned(),
+        bench: bench.name.to_owned(),
         ops,
         ns_per_op: text.trim().parse()?,
     })
@@ -275,9 +272,9 @@ pub fn hook_costs(
     let mut agent = None;
     for (state, _) in STATES.iter().filter(|(state, _)| *state != "S0") {
         visit(cgroups, state, &mut agent, || {
-            for (bench, ops, _) in micro::BENCHES {
+            for bench in micro::BENCHES {
                 let before = program_runs();
-                micro_sample(settings, cgroups, state, 0, 4, bench, *ops)?;
+                micro_sample(settings, cgroups, state, 0, 4, bench)?;
                 let mut by_program: HashMap<String, (u64, Duration)> = HashMap::new();
                 for (id, (name, runs, time)) in program_runs() {
                     let Some((_, runs_before, time_before)) = before.get(&id) else {
@@ -292,7 +289,7 @@ pub fn hook_costs(
                     .filter(|(_, (runs, _))| *runs > 0)
                     .map(|(program, (runs, time))| HookCost {
                         state: (*state).to_owned(),
-                        bench: (*bench).to_owned(),
+                        bench: bench.name.to_owned(),
                         program,
                         runs,
                         ns_per_run: time.as_nanos() as f64 / runs as f64,
