@@ -10,10 +10,10 @@
  *   targets, of the policies they point at and of its protected files, and at its start: within
  *   one epoch a candidate has one target, one policy and the same protected files (while
  *   nothing is enforced, lsm/d_instantiate does not keep the slots: the agent starts a new
- *   epoch before it publishes a gate that enforces, and before an agent adopting pinned maps
- *   sets the gate back to its initial value). The programs on __d_move advance it by one at the start and at the
- *   end of each of the kernel's dentry moves (rename, exchange, a directory alias spliced in):
- *   odd while one is under way, when nothing is cached. Its top bit
+ *   epoch before it publishes a gate, and before an agent adopting pinned maps sets the gate
+ *   back to its initial value). The programs on __d_move advance it by one at the start and
+ *   at the end of each of the kernel's dentry moves (rename, exchange, a directory alias
+ *   spliced in): odd while one is under way, when nothing is cached. Its top bit
  *   (PALISADE_OPEN_CACHE_OFF_BIT), which the agent sets, turns the cache off;
  * - the dentry (by its address) and the mount it was opened through: another mount or
  *   namespace is another mount, another name (a hard link) another dentry. A dentry given its

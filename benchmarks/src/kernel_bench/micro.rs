@@ -272,7 +272,7 @@ fn copy_path() -> String {
 }
 
 /// One operation of a microbenchmark, given its index in the run.
-type Operation<'a> = Box<dyn FnMut(u64) -> anyhow::Result<()> + 'a>;
+type Operation = Box<dyn FnMut(u64) -> anyhow::Result<()>>;
 
 /// Runs operations `first..first + ops` of `bench` in samples of `bench.per_sample` operations;
 /// returns the guest nanoseconds per operation of the median sample. A timer tick costs the
@@ -421,7 +421,6 @@ fn run_phase(bench: &Bench, first: u64, ops: u64, denied: bool) -> anyhow::Resul
         }
         samples.push((now_ns() - started) as f64 / per_sample as f64);
     }
-    drop(operation);
     if bench.name == "file_copy" {
         let _ = std::fs::remove_file(copy_path());
     }
