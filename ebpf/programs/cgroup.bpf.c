@@ -62,7 +62,7 @@ static __always_inline void mark_runtime_setup(__u64 id, const struct palisade_t
 }
 
 SEC("lsm/kernfs_init_security")
-int GATED_HOOK(nothing_targeted, __noinline, kernfs_init_security, struct kernfs_node *kn_dir,
+int GATED_HOOK(nothing_targeted, kernfs_init_security, struct kernfs_node *kn_dir,
 	       struct kernfs_node *kn, int ret)
 {
 	if (ret)

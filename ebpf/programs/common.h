@@ -345,13 +345,14 @@ static __always_inline int nothing_enforced(void)
 /*
  * An LSM program, declared as with BPF_PROG (the hook's arguments, then `ret`, the answer of the
  * LSMs before this one), that has nothing to do while `idle()`: it then answers `ret` after one
- * load of the gate. Its body is a function of its own (`linkage` __noinline), so that this path
- * sets up no stack and saves no register; or inlined (__always_inline), so that a decision saves
- * the call (~15 instructions) and this path pays the body's stack frame (a few).
+ * load of the gate. Its body is a function of its own, so that this path sets up no stack and
+ * saves no register: the JIT gives a program one frame, and the body's (its callee-saved registers
+ * and stack) would cost every idle run ~8 instructions more, where a decision pays ~15 for the
+ * call.
  */
-#define GATED_HOOK(idle, linkage, name, args...)                                                   \
+#define GATED_HOOK(idle, name, args...)                                                            \
 	name(unsigned long long *ctx);                                                             \
-	static linkage int ____##name##_body(unsigned long long *ctx);                             \
+	static __noinline int ____##name##_body(unsigned long long *ctx);                          \
 	static __always_inline int ____##name(unsigned long long *ctx, ##args);                    \
 	int name(unsigned long long *ctx)                                                          \
 	{                                                                                          \
@@ -359,22 +360,17 @@ static __always_inline int nothing_enforced(void)
 			return (int)ctx[___bpf_narg(args) - 1];                                    \
 		return ____##name##_body(ctx);                                                     \
 	}                                                                                          \
-	static linkage int ____##name##_body(unsigned long long *ctx)                              \
+	static __noinline int ____##name##_body(unsigned long long *ctx)                           \
 	{                                                                                          \
 		_Pragma("GCC diagnostic push")                                                     \
-		_Pragma("GCC diagnostic ignored \"-Wint-conversion\"")                           \
+		_Pragma("GCC diagnostic ignored \"-Wint-conversion\"")                             \
 		return ____##name(___bpf_ctx_cast(args));                                          \
 		_Pragma("GCC diagnostic pop")                                                      \
 	}                                                                                          \
 	static __always_inline int ____##name(unsigned long long *ctx, ##args)
 
 /* A program whose every decision is about a target whose policy is not AlwaysAllow. */
-#define TARGET_HOOK(name, args...) GATED_HOOK(nothing_enforced, __noinline, name, ##args)
-
-/* A TARGET_HOOK whose body is inlined: for file_open, whose decisions the open verdict cache
- * answers in a few hundred instructions, on every open of every target. */
-#define INLINE_TARGET_HOOK(name, args...)                                                          \
-	GATED_HOOK(nothing_enforced, __always_inline, name, ##args)
+#define TARGET_HOOK(name, args...) GATED_HOOK(nothing_enforced, name, ##args)
 
 /* The fast path's value (NULL never in practice). */
 static __always_inline struct fast_path *fast_path_value(void)

@@ -41,7 +41,7 @@ static __always_inline int under_another_files_path(struct file *file, __u32 mod
 }
 
 SEC("lsm/file_open")
-int INLINE_TARGET_HOOK(file_open, struct file *file, int ret)
+int TARGET_HOOK(file_open, struct file *file, int ret)
 {
 	if (ret)
 		return ret;
