@@ -347,7 +347,7 @@ static __always_inline int nothing_enforced(void)
  * LSMs before this one), that has nothing to do while `idle()`: it then answers `ret` after one
  * load of the gate. Its body is a function of its own, so that this path sets up no stack and
  * saves no register: the JIT gives a program one frame, and the body's (its callee-saved registers
- * and stack) would cost every idle run ~8 instructions more, where a decision pays ~15 for the
+ * and stack) would cost every idle run ~8 instructions more, where a decision pays ~9 for the
  * call.
  */
 #define GATED_HOOK(idle, name, args...)                                                            \
