@@ -1,5 +1,5 @@
-//! What confines an instance of a rule module: its store's memory limit, and a time budget for
-//! each call (epoch interruption, the epoch advanced by a kernel timer while calls run).
+//! What confines an instance of a rule module: its store's memory limit, and a budget of CPU
+//! time for each call (epoch interruption, the epoch advanced by a kernel timer while calls run).
 
 use std::{
     fs::File,
@@ -9,22 +9,68 @@ use std::{
     time::Duration,
 };
 
-use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 
 /// Memory one instance may grow to.
 pub(super) const MEMORY_LIMIT: usize = 64 << 20;
-/// The unit of time budgets: how often the engine's epoch advances while a call runs (see
-/// `Epoch`); a call overruns its budget by less than a tick, 10% of `DECIDE_BUDGET`.
+/// How often the engine's epoch advances while a call runs (see `Epoch`), and with it how often
+/// a call's CPU time is checked against its budget: a call overruns its budget by less than a
+/// tick, 10% of `DECIDE_BUDGET`.
 const EPOCH_TICK: Duration = Duration::from_millis(20);
-/// Time one `compile` call may take.
+/// CPU time one `compile` call may use.
 pub(super) const COMPILE_BUDGET: Duration = Duration::from_secs(2);
-/// Time one `decide` call (a batch of events) may take.
+/// CPU time one `decide` call (a batch of events) may use.
 pub const DECIDE_BUDGET: Duration = Duration::from_millis(200);
 
-/// What the store of a module's instance holds: its limits, and the epoch its budgets count in.
+/// What the store of a module's instance holds: its limits, the epoch its budgets are checked
+/// at, and the budget of the call running.
 pub(super) struct State {
     limits: StoreLimits,
     epoch: Arc<Epoch>,
+    budget: Budget,
+}
+
+/// The calling thread's CPU time when the call started, and how much it may use. CPU time
+/// rather than time passed: a module is stopped for what it runs, not for waiting while other
+/// processes of a busy node run.
+#[derive(Default)]
+struct Budget {
+    started: Duration,
+    allowed: Duration,
+}
+
+impl Budget {
+    /// Epoch ticks to the next check: what is left of the budget, or None when it is used up.
+    /// The thread cannot have used more CPU time than has passed, so a call checked only at
+    /// the end of what is left overruns its budget by less than a tick.
+    fn ticks_left(&self) -> Option<u64> {
+        let used = thread_cpu_time().saturating_sub(self.started);
+        let left = self.allowed.saturating_sub(used);
+        (!left.is_zero()).then(|| ticks(left))
+    }
+}
+
+/// Epoch ticks in `time`, rounded up.
+fn ticks(time: Duration) -> u64 {
+    time.div_duration_f64(EPOCH_TICK).ceil() as u64
+}
+
+/// CPU time the calling thread has used.
+fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec the call writes.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    // The calling thread's own clock: always there.
+    assert_eq!(
+        read,
+        0,
+        "clock_gettime: {}",
+        std::io::Error::last_os_error()
+    );
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 /// The engine's epoch advances every `EPOCH_TICK` while a call into a module runs, and stands
@@ -132,7 +178,8 @@ impl Drop for Epoch {
     }
 }
 
-/// A store for one instance, with its memory limit.
+/// A store for one instance, with its memory limit; a call into it is interrupted once it has
+/// used its budget (`set_budget`).
 pub(super) fn store(engine: &Engine, epoch: &Arc<Epoch>) -> Store<State> {
     let mut store = Store::new(
         engine,
@@ -142,17 +189,47 @@ pub(super) fn store(engine: &Engine, epoch: &Arc<Epoch>) -> Store<State> {
                 .trap_on_grow_failure(true)
                 .build(),
             epoch: epoch.clone(),
+            budget: Budget::default(),
         },
     );
     store.limiter(|state| &mut state.limits);
-    store.epoch_deadline_trap();
+    // Runs on the thread of the call, at the deadline set below.
+    store.epoch_deadline_callback(|store| {
+        Ok(match store.data().budget.ticks_left() {
+            Some(ticks) => UpdateDeadline::Continue(ticks),
+            None => UpdateDeadline::Interrupt,
+        })
+    });
     store
 }
 
-/// Gives the next call `budget` from now, which runs out while the returned guard lives.
+/// Gives the next call on this thread `budget` of CPU time from now, checked while the
+/// returned guard lives.
 #[must_use]
 pub(super) fn set_budget(store: &mut Store<State>, budget: Duration) -> Ticking {
-    let ticks = budget.as_millis() / EPOCH_TICK.as_millis();
-    store.set_epoch_deadline(ticks.max(1) as u64);
+    store.data_mut().budget = Budget {
+        started: thread_cpu_time(),
+        allowed: budget,
+    };
+    store.set_epoch_deadline(ticks(budget));
     store.data().epoch.start()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_budget_counts_the_cpu_time_the_thread_uses_not_the_time_it_waits() {
+        let budget = Budget {
+            started: thread_cpu_time(),
+            allowed: Duration::from_millis(50),
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(budget.ticks_left().is_some(), "waiting used the budget");
+        while thread_cpu_time() - budget.started <= budget.allowed {
+            std::hint::black_box(0);
+        }
+        assert_eq!(budget.ticks_left(), None);
+    }
 }
