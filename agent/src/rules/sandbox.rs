@@ -14,8 +14,8 @@ use wasmtime::{Engine, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline};
 /// Memory one instance may grow to.
 pub(super) const MEMORY_LIMIT: usize = 64 << 20;
 /// How often the engine's epoch advances while a call runs (see `Epoch`), and with it how often
-/// a call's CPU time is checked against its budget: a call overruns its budget by less than a
-/// tick, 10% of `DECIDE_BUDGET`.
+/// a call's CPU time is checked against its budget: a call is stopped within a tick of its
+/// budget, 10% of `DECIDE_BUDGET` (see `Budget::check`).
 const EPOCH_TICK: Duration = Duration::from_millis(20);
 /// CPU time one `compile` call may use.
 pub(super) const COMPILE_BUDGET: Duration = Duration::from_secs(2);
@@ -30,21 +30,31 @@ pub(super) struct State {
     budget: Budget,
 }
 
-/// The calling thread's CPU time when the call started, and how much it may use. CPU time
-/// rather than time passed: a module is stopped for what it runs, not for waiting while other
-/// processes of a busy node run.
-#[derive(Default)]
+/// How much CPU time the running call may use, and the calling thread's CPU time at its first
+/// check. CPU time rather than time passed: a module is stopped for what it runs, not for waiting
+/// while other processes of a busy node run.
 struct Budget {
-    started: Duration,
     allowed: Duration,
+    /// Read at the call's first check (see `check`).
+    first_check: Option<Duration>,
 }
 
 impl Budget {
-    /// Epoch ticks to the next check: what is left of the budget, or None when it is used up.
-    /// The thread cannot have used more CPU time than has passed, so a call checked only at
-    /// the end of what is left overruns its budget by less than a tick.
-    fn ticks_left(&self) -> Option<u64> {
-        let used = thread_cpu_time().saturating_sub(self.started);
+    fn new(allowed: Duration) -> Self {
+        Self {
+            allowed,
+            first_check: None,
+        }
+    }
+
+    /// At a check, on the thread of the call: epoch ticks to the next check, or None when the
+    /// budget is used up. The first check comes a tick or less after the call started, and
+    /// takes it to have used a whole tick by then: the thread's clock is read only by calls
+    /// that last that long, where a decision lasts microseconds. So a call is stopped at most a
+    /// tick early and, since it cannot use more CPU time than passes, less than a tick late.
+    fn check(&mut self) -> Option<u64> {
+        let now = thread_cpu_time();
+        let used = now - *self.first_check.get_or_insert(now) + EPOCH_TICK;
         let left = self.allowed.saturating_sub(used);
         (!left.is_zero()).then(|| ticks(left))
     }
@@ -189,13 +199,13 @@ pub(super) fn store(engine: &Engine, epoch: &Arc<Epoch>) -> Store<State> {
                 .trap_on_grow_failure(true)
                 .build(),
             epoch: epoch.clone(),
-            budget: Budget::default(),
+            budget: Budget::new(Duration::ZERO),
         },
     );
     store.limiter(|state| &mut state.limits);
-    // Runs on the thread of the call, at the deadline set below.
-    store.epoch_deadline_callback(|store| {
-        Ok(match store.data().budget.ticks_left() {
+    // Runs on the thread of the call, at the deadline `set_budget` sets.
+    store.epoch_deadline_callback(|mut store| {
+        Ok(match store.data_mut().budget.check() {
             Some(ticks) => UpdateDeadline::Continue(ticks),
             None => UpdateDeadline::Interrupt,
         })
@@ -203,15 +213,11 @@ pub(super) fn store(engine: &Engine, epoch: &Arc<Epoch>) -> Store<State> {
     store
 }
 
-/// Gives the next call on this thread `budget` of CPU time from now, checked while the
-/// returned guard lives.
+/// Gives the next call `budget` of CPU time, checked while the returned guard lives.
 #[must_use]
 pub(super) fn set_budget(store: &mut Store<State>, budget: Duration) -> Ticking {
-    store.data_mut().budget = Budget {
-        started: thread_cpu_time(),
-        allowed: budget,
-    };
-    store.set_epoch_deadline(ticks(budget));
+    store.data_mut().budget = Budget::new(budget);
+    store.set_epoch_deadline(1);
     store.data().epoch.start()
 }
 
@@ -221,15 +227,14 @@ mod tests {
 
     #[test]
     fn a_budget_counts_the_cpu_time_the_thread_uses_not_the_time_it_waits() {
-        let budget = Budget {
-            started: thread_cpu_time(),
-            allowed: Duration::from_millis(50),
-        };
+        let mut budget = Budget::new(Duration::from_millis(50));
         std::thread::sleep(Duration::from_millis(100));
-        assert!(budget.ticks_left().is_some(), "waiting used the budget");
-        while thread_cpu_time() - budget.started <= budget.allowed {
+        // The first tick counted as used: 30 ms left, two ticks to the next check.
+        assert_eq!(budget.check(), Some(2), "waiting used the budget");
+        let first_check = budget.first_check.expect("read at the first check");
+        while thread_cpu_time() - first_check < Duration::from_millis(30) {
             std::hint::black_box(0);
         }
-        assert_eq!(budget.ticks_left(), None);
+        assert_eq!(budget.check(), None);
     }
 }
