@@ -234,16 +234,6 @@ pub struct Decoder {
     boot_time: SystemTime,
 }
 
-fn clock(id: libc::clockid_t) -> Duration {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid clock id and out pointer.
-    unsafe { libc::clock_gettime(id, &mut now) };
-    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
-}
-
 fn c_string(bytes: &[u8]) -> String {
     let end = bytes
         .iter()
@@ -262,8 +252,8 @@ impl Decoder {
         let node = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|name| name.trim().into())
             .unwrap_or_else(|_| "".into());
-        let boot_time =
-            SystemTime::UNIX_EPOCH + clock(libc::CLOCK_REALTIME) - clock(libc::CLOCK_BOOTTIME);
+        let boot_time = SystemTime::UNIX_EPOCH + crate::clock(libc::CLOCK_REALTIME)
+            - crate::clock(libc::CLOCK_BOOTTIME);
         Self {
             node,
             registry,

@@ -67,20 +67,7 @@ fn ticks(time: Duration) -> u64 {
 
 /// CPU time the calling thread has used.
 fn thread_cpu_time() -> Duration {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec the call writes.
-    let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    // The calling thread's own clock: always there.
-    assert_eq!(
-        read,
-        0,
-        "clock_gettime: {}",
-        std::io::Error::last_os_error()
-    );
-    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+    crate::clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// The engine's epoch advances every `EPOCH_TICK` while a call into a module runs, and stands
