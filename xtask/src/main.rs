@@ -75,6 +75,9 @@ enum Command {
         /// Policy updates the Kubernetes test times (benchmarks/results/apply-latency: 100).
         #[arg(long, default_value_t = 10)]
         apply_updates: usize,
+        /// Run the agent optimised, as users run it (for committed results).
+        #[arg(long)]
+        release: bool,
     },
     /// Start etcd and kube-apiserver (scripts/kube-tools.sh builds them), check the Helm chart
     /// (lint, kubeconform, server-side dry run), install it, and run the Kubernetes tests
@@ -135,7 +138,8 @@ fn main() -> anyhow::Result<()> {
             kernels,
             filter,
             apply_updates,
-        } => vm::test(&kernels, filter.as_deref(), apply_updates),
+            release,
+        } => vm::test(&kernels, filter.as_deref(), apply_updates, release),
         Command::KubeTest => kube::test(),
         Command::Bench {
             kernels,

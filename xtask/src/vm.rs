@@ -182,9 +182,20 @@ type Run = (String, results::Summary, i32);
 
 /// The kernel suite (tests/kernel/tests/enforcement) and the node suite (tests/kernel/tests/node:
 /// containerd and a kubelet in the VM), each in its own boot of each kernel, two boots at a time;
-/// then the kernel tests in `ALONE`.
-pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> anyhow::Result<()> {
+/// then the kernel tests in `ALONE`. The kernel tests run the agent of a debug build, or,
+/// `release`, the one users run.
+pub fn test(
+    kernels: &[String],
+    filter: Option<&str>,
+    apply_updates: usize,
+    release: bool,
+) -> anyhow::Result<()> {
     let binaries = build::binaries()?;
+    let palisade = if release {
+        build::agent_release()?
+    } else {
+        binaries.palisade.clone()
+    };
     let kernel_tests = listed(&binaries.kernel_tests, filter)?;
     let node_tests = listed(&binaries.node_tests, filter)?;
     ensure!(
@@ -196,7 +207,7 @@ pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> a
     let (alone, shared): (Vec<String>, Vec<String>) = kernel_tests
         .into_iter()
         .partition(|name| ALONE.contains(&name.as_str()));
-    let rule_modules = build::rule_modules(&binaries.palisade, &work_dir("test")?)?;
+    let rule_modules = build::rule_modules(&palisade, &work_dir("test")?)?;
     // Checks the agent's /metrics as Prometheus 2.42 reads it.
     let promtool = debian::unpacked("prometheus")?.join("usr/bin/promtool");
     let skip_alone: String = ALONE.iter().map(|name| format!(" --skip {name}")).collect();
@@ -218,7 +229,7 @@ pub fn test(kernels: &[String], filter: Option<&str>, apply_updates: usize) -> a
             alone,
             expected,
             executables: vec![
-                ("palisade", &binaries.palisade),
+                ("palisade", &palisade),
                 ("probe", &binaries.probe),
                 ("enforcement", &binaries.kernel_tests),
                 ("mkfs.xfs", Path::new("/usr/sbin/mkfs.xfs")),

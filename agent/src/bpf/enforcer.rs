@@ -396,11 +396,12 @@ impl Enforcer {
         policy: Arc<CompiledPolicy>,
     ) -> Result<(), EnforceError> {
         let level = target.level;
-        let policy_id = match self.store.add(&policy, target.clone()) {
+        let replaced = self.table.installed(&slot).map(|current| current.policy_id);
+        let policy_id = match self.store.add(&policy, target.clone(), replaced) {
             // Room the replaced policies hold: freed now rather than later.
             Err(EnforceError::Full { .. }) if self.has_released() => {
                 self.retire_released();
-                self.store.add(&policy, target)?
+                self.store.add(&policy, target, replaced)?
             }
             added => added?,
         };

@@ -111,11 +111,16 @@ impl PolicyStore {
     }
 
     /// Writes `policy`'s entries under a new policy id, registered as `target`'s; returns the
-    /// id. An error means nothing was left.
+    /// id. The inodes its rules name are looked for, unless the policy it replaces there
+    /// (`replaced`) names the same paths: then that policy's `inode_rules` entries are copied, as
+    /// its last look found them (a look lists the target's processes and walks the named
+    /// directories: milliseconds, or far more, that every update would wait for). An error
+    /// means nothing was left.
     pub fn add(
         &mut self,
         policy: &Arc<CompiledPolicy>,
         target: Cgroup,
+        replaced: Option<u32>,
     ) -> Result<u32, EnforceError> {
         let policy_id = self.next_policy_id;
         self.next_policy_id = self.next_policy_id.checked_add(1).unwrap_or(1);
@@ -123,20 +128,32 @@ impl PolicyStore {
             self.delete_entries(policy_id, policy);
             return Err(err);
         }
-        if !policy.entries().names.is_empty() {
-            self.named.insert(
-                policy_id,
-                NamedInodes {
-                    policy: policy.clone(),
-                    cgroup: target.path.clone(),
-                    written: StdHashMap::new(),
-                    had_processes: false,
-                    truncated: false,
-                    partial: false,
-                    full: false,
-                },
-            );
-            self.find_named_inodes(policy_id);
+        let names = &policy.entries().names;
+        if !names.is_empty() {
+            let same_names = replaced
+                .and_then(|id| self.named.get(&id))
+                .filter(|old| old.cgroup == target.path && old.policy.entries().names == *names);
+            let record = NamedInodes {
+                policy: policy.clone(),
+                cgroup: target.path.clone(),
+                written: StdHashMap::new(),
+                // As that policy's look found them, said once already.
+                had_processes: same_names.is_some_and(|old| old.had_processes),
+                truncated: same_names.is_some_and(|old| old.truncated),
+                partial: same_names.is_some_and(|old| old.partial),
+                full: same_names.is_some_and(|old| old.full),
+            };
+            let copied: Option<StdHashMap<_, _>> = same_names.map(|old| {
+                old.written
+                    .iter()
+                    .map(|(key, verdict)| (InodeRuleKey { policy_id, ..*key }, *verdict))
+                    .collect()
+            });
+            self.named.insert(policy_id, record);
+            match copied {
+                Some(copied) => self.write_named_inodes(policy_id, copied),
+                None => self.find_named_inodes(policy_id),
+            };
         }
         let installed = InstalledPolicy::new(policy.clone(), target);
         self.registry.insert(policy_id, Arc::new(installed));
@@ -198,10 +215,23 @@ impl PolicyStore {
         record.partial = found.partial;
         // Never unset: a target whose processes come and go is not looked at again each time.
         record.had_processes |= found.in_processes;
+        self.write_named_inodes(policy_id, found.inodes)
+    }
+
+    /// Writes the `inode_rules` entries of `inodes` that policy `policy_id` does not have yet;
+    /// returns whether one was added or changed.
+    fn write_named_inodes(
+        &mut self,
+        policy_id: u32,
+        inodes: StdHashMap<InodeRuleKey, InodeVerdict>,
+    ) -> bool {
+        let Some(record) = self.named.get_mut(&policy_id) else {
+            return false;
+        };
         let map = &mut self.maps.inode_rules;
         let mut gained = false;
         let mut full = false;
-        for (key, verdict) in found.inodes {
+        for (key, verdict) in inodes {
             if record.written.get(&key) == Some(&verdict) {
                 continue;
             }

@@ -252,6 +252,38 @@ fn a_file_read_through_a_hard_link_made_before_the_policy_is_denied() {
 }
 
 #[test]
+fn a_hard_link_stays_denied_across_an_update_that_keeps_the_named_paths() {
+    let mut kernel = Kernel::new();
+    sh("rm -rf /tmp/linked-kept && mkdir -p /tmp/linked-kept/public");
+    let token = file("/tmp/linked-kept/secret/token");
+    let link = "/tmp/linked-kept/public/token";
+    sh(&format!("ln {token} {link}"));
+    let target = denying_under(&mut kernel, "linked-kept", "/tmp/linked-kept/secret");
+    assert_eq!(
+        read(&mut kernel, &target, link),
+        (EPERM, vec![link.to_owned()])
+    );
+    // The same file rule and one on something else: the new version has the first one's inodes.
+    let rules = format!(
+        "{}    network:\n      - addresses: [192.0.2.1]\n        action: deny\n",
+        deny_read("/tmp/linked-kept/secret/")
+    );
+    kernel.apply(&target, policy("linked-kept", &rules));
+    assert_eq!(
+        read(&mut kernel, &target, link),
+        (EPERM, vec![link.to_owned()]),
+        "after the update"
+    );
+    kernel.enforcer().retire_released();
+    assert_eq!(
+        read(&mut kernel, &target, link),
+        (EPERM, vec![link.to_owned()]),
+        "once the first version's entries are deleted"
+    );
+    assert_eq!(probe(None, &["read", link]), Answer::Ok);
+}
+
+#[test]
 fn a_file_written_through_a_hard_link_made_before_the_policy_is_denied() {
     let mut kernel = Kernel::new();
     sh("rm -rf /tmp/linked-write && mkdir -p /tmp/linked-write/public");
